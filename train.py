@@ -1,0 +1,420 @@
+"""
+Train or evaluate any model of this project on any task, on one GPU or a CPU.
+
+    python train.py --model simpletron --task listops              # the CPU preset: minutes on a laptop
+    python train.py --model simpletron --task listops --preset paper --device cuda
+    python train.py --model softmax --task ptb --data_dir ../shared/data/ptb --n_layer 2
+    python train.py --resume --out_dir out/simpletron-listops     # continue a run exactly
+    python train.py --init_from out/x/ckpt.pt --eval_only --task listops --data_dir lra/listops-1000
+
+Settings are layered: the model's Config defaults < what the task fixes (vocabulary, length, head) <
+the preset (--preset cpu|paper) < the flags you give. Every field of the model's Config is a flag.
+The run writes out_dir/ckpt.pt (atomically, at every evaluation), out_dir/log.jsonl and
+out_dir/metrics.json.
+"""
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+
+import data
+
+# model name -> (module, Config overrides that make it that model)
+MODELS = {
+    "simpletron": ("simpletron", {}),
+    "softmax": ("simpletron", {"attention": "softmax", "variant": "vanilla"}),  # Transformer / GPT baseline
+    "transject": ("transject", {}),
+    "diffeqformer": ("diffeqformer", {}),
+}
+
+# Presets: (model, task) -> settings, "*" for every task. Keys are flags of train.py or Config fields.
+PAPER_LRA = dict(batch_size=32, weight_decay=0.1, dropout=0.1, schedule="rsqrt", norm="post", variant="res")
+PRESETS = {
+    "cpu": {   # small and fast: each trains in minutes on a 2-core CPU
+        ("simpletron", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
+                                  schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
+        ("softmax", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
+                               schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
+        ("simpletron", "listops"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=2e-3, warmup=100,
+                                        schedule="cosine", max_iters=1500, batch_size=16, n_train=None,
+                                        eval_interval=500, time_limit=13.5),
+    },
+    "paper": {  # the papers' settings, for a GPU
+        # SimpleTRON Table 3 (LRA): ListOps 6 blocks, 8 heads, 512, MLP 2048, lr 0.005, warmup 1000, 15k steps
+        ("simpletron", "listops"): dict(PAPER_LRA, n_layer=6, n_head=8, n_embd=512, lr=0.005, warmup=1000,
+                                        max_iters=15_000),
+        ("softmax", "listops"): dict(PAPER_LRA, n_layer=6, n_head=8, n_embd=512, lr=0.005, warmup=1000,
+                                     max_iters=15_000, variant="vanilla"),
+        # Classification (text, image, pathfinder): 4 blocks, 4 heads, 256, MLP 1024, lr 0.05, warmup 8000, 20k
+        **{(m, t): dict(PAPER_LRA, n_layer=4, n_head=4, n_embd=256, lr=0.05, warmup=8000, max_iters=20_000,
+                        **({"variant": "vanilla"} if m == "softmax" else {}))
+           for m in ("simpletron", "softmax") for t in ("text", "image", "pathfinder")},
+        # Matching (retrieval): 4 blocks, 4 heads, 128, MLP 512, lr 0.05, warmup 8000, 15k steps
+        **{(m, "retrieval"): dict(PAPER_LRA, n_layer=4, n_head=4, n_embd=128, lr=0.05, warmup=8000,
+                                  max_iters=15_000, **({"variant": "vanilla"} if m == "softmax" else {}))
+           for m in ("simpletron", "softmax")},
+    },
+}
+
+# Flags of train.py itself (the model's Config fields are added as flags too). None = not given.
+FLAGS = [
+    ("model", str, "simpletron", "model: " + ", ".join(MODELS)),
+    ("task", str, "listops", "task: " + ", ".join(data.TASKS)),
+    ("preset", str, "cpu", "settings to start from: cpu (minutes on a CPU) or paper (the papers' own)"),
+    ("device", str, "auto", "auto (cuda, then mps, then cpu), cuda, mps or cpu"),
+    ("max_iters", int, 1000, "optimiser steps"),
+    ("batch_size", int, 16, "examples per micro-batch"),
+    ("grad_accum", int, 1, "micro-batches per step (effective batch = batch_size * grad_accum)"),
+    ("lr", float, 1e-3, "base learning rate"),
+    ("schedule", str, "cosine", "rsqrt (SimpleTRON: lr * min(1, s/warmup) / sqrt(max(s, warmup))) or cosine"),
+    ("warmup", int, 100, "warm-up steps"),
+    ("min_lr", float, 0.1, "cosine: final learning rate as a fraction of lr"),
+    ("lr_decay_iters", int, None, "cosine: steps over which lr decays (default max_iters)"),
+    ("weight_decay", float, 0.1, "AdamW weight decay (matrices and embeddings only)"),
+    ("beta1", float, 0.9, "AdamW beta1"),
+    ("beta2", float, 0.999, "AdamW beta2"),
+    ("eps", float, 1e-8, "AdamW epsilon"),
+    ("grad_clip", float, 1.0, "clip the gradient norm to this (0: off)"),
+    ("eval_interval", int, 250, "evaluate on val and write the checkpoint every this many steps"),
+    ("eval_iters", int, 20, "batches of val to evaluate during training (the end uses all of val and test)"),
+    ("log_interval", int, 10, "print a log line every this many steps"),
+    ("time_limit", float, None, "stop training after this many minutes of wall time (data preparation included)"),
+    ("out_dir", str, None, "where to write ckpt.pt, log.jsonl, metrics.json (default out/MODEL-TASK)"),
+    ("data_dir", str, None, "read the task from these files instead of downloading or generating it"),
+    ("cache_dir", str, "data", "where generated and downloaded data are kept"),
+    ("n_train", int, None, "train on the first n training examples (language models: tokens)"),
+    ("seed", int, 0, "seed of data order, dropout and initialisation"),
+    ("resume", bool, False, "continue the run in out_dir from its ckpt.pt"),
+    ("init_from", str, None, "start from this checkpoint's weights (a new run; see --eval_only)"),
+    ("eval_only", bool, False, "with --init_from: evaluate on the task's val and test splits and stop"),
+    ("transfer_from", str, None, "--model softmax: copy this SimpleTRON checkpoint's q/k/v and freeze them"),
+    ("compile", bool, False, "torch.compile the model"),
+]
+
+
+class UsageError(Exception):
+    pass
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):                                # one line, not a usage dump
+        raise UsageError(f"{message} (python train.py --help lists the flags)")
+
+
+def to_bool(s):
+    if s.lower() in ("1", "true", "yes", "on"):
+        return True
+    if s.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, not {s!r}")
+
+
+def model_module(name):
+    if name not in MODELS:
+        raise UsageError(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}")
+    try:
+        return importlib.import_module(MODELS[name][0])
+    except ModuleNotFoundError as e:
+        raise UsageError(f"model {name!r} is not available here ({e})") from None
+
+
+def parse_args(argv):
+    """Two passes: the first finds the model, whose Config fields then become flags too."""
+    first = Parser(add_help=False)
+    first.add_argument("--model", default="simpletron")
+    first.add_argument("--resume", type=to_bool, nargs="?", const=True, default=False)
+    first.add_argument("--out_dir")
+    known, _ = first.parse_known_args(argv)
+    model_name = known.model
+    if known.resume and known.out_dir and os.path.isfile(os.path.join(known.out_dir, "ckpt.pt")):
+        model_name = load_checkpoint(os.path.join(known.out_dir, "ckpt.pt"))["model_name"]
+    config_fields = dataclasses.fields(model_module(model_name).Config)
+
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, typ, default, help in FLAGS:
+        if typ is bool:
+            p.add_argument(f"--{name}", type=to_bool, nargs="?", const=True, default=None,
+                           help=f"{help} (default {default})")
+        else:
+            p.add_argument(f"--{name}", type=typ, default=None, help=f"{help} (default {default})")
+    group = p.add_argument_group(f"model ({model_name}) Config fields")
+    for f in config_fields:
+        typ = to_bool if f.type in (bool, "bool") else {"int": int, "float": float, "str": str}.get(f.type, f.type)
+        group.add_argument(f"--{f.name}", type=typ, default=None, help=f"(default {f.default})")
+    args = p.parse_args(argv)
+    given = {k for k, v in vars(args).items() if v is not None}
+    if args.model is not None and args.model not in MODELS:
+        raise UsageError(f"unknown model {args.model!r}; choose one of: {', '.join(MODELS)}")
+    if args.task is not None and args.task not in data.TASKS:
+        raise UsageError(f"unknown task {args.task!r}; choose one of: {', '.join(data.TASKS)}")
+    if args.preset is not None and args.preset not in PRESETS:
+        raise UsageError(f"unknown preset {args.preset!r}; choose one of: {', '.join(PRESETS)}")
+    return args, given, [f.name for f in config_fields]
+
+
+def resolve(args, given, config_names):
+    """Fill every None of args: given flags > preset > defaults. Returns the Config overrides too."""
+    defaults = {name: default for name, _, default, _ in FLAGS}
+    model = args.model or defaults["model"]
+    task = args.task or defaults["task"]
+    presets = PRESETS[args.preset or defaults["preset"]]
+    preset = {**presets.get((model, "*"), {}), **presets.get((model, task), {})}
+    unknown = set(preset) - set(defaults) - set(config_names)
+    assert not unknown, f"preset for {model}/{task} sets unknown fields {unknown}"
+    for name in defaults:
+        if name not in given:
+            setattr(args, name, preset.get(name, defaults[name]))
+    args.model, args.task = model, task
+    overrides = {k: v for k, v in preset.items() if k in config_names}
+    overrides.update({k: getattr(args, k) for k in config_names if k in given})
+    return overrides
+
+
+def load_checkpoint(path):
+    if not os.path.isfile(path):
+        raise UsageError(f"no checkpoint at {path}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise UsageError(f"{path} is not a readable checkpoint ({type(e).__name__}: {e})") from None
+
+
+def build_model(model_name, config_dict):
+    module = model_module(model_name)
+    try:
+        config = module.Config(**config_dict)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"bad model settings: {e}") from None
+    return module.Model(config)
+
+
+def save_checkpoint(path, state):
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)                                    # atomic: a crash never leaves half a file
+
+
+def learning_rate(args, step):                              # step counts from 1
+    if args.schedule == "rsqrt":                             # SimpleTRON (Table 3)
+        return args.lr * min(1.0, step / args.warmup) / math.sqrt(max(step, args.warmup))
+    if step < args.warmup:                                   # cosine: linear warm-up ...
+        return args.lr * step / args.warmup
+    horizon = args.lr_decay_iters or args.max_iters          # ... then cosine down to min_lr * lr
+    progress = min(1.0, (step - args.warmup) / max(1, horizon - args.warmup))
+    return args.lr * (args.min_lr + (1 - args.min_lr) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def make_optimizer(model, args, device):
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = [p for p in params if p.dim() >= 2]              # matrices and embeddings
+    no_decay = [p for p in params if p.dim() < 2]            # biases, norms, gates
+    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
+                             fused=device == "cuda")
+
+
+@torch.no_grad()
+def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=1234):
+    """Loss and accuracy (cls, match) or perplexity (lm) over a split, or over max_batches fixed batches."""
+    model.eval()
+    if max_batches is None:
+        batches = split.batches(batch_size)
+    else:
+        rng = np.random.default_rng(seed)
+        batches = (split.sample(batch_size, rng) for _ in range(max_batches))
+    total_loss, correct, count = 0.0, 0, 0
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        with autocast:
+            logits, loss = model(x, y)
+        n = y.numel()
+        total_loss += loss.item() * n
+        if logits.dim() == 2:
+            correct += (logits.argmax(-1) == y).sum().item()
+        count += n
+    model.train()
+    out = {"loss": total_loss / count, "n": count}
+    if isinstance(split, data.LMSplit):
+        out["ppl"] = math.exp(out["loss"])
+    else:
+        out["acc"] = correct / count
+    return out
+
+
+def fmt(metrics):
+    return " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
+
+
+def main(argv=None):
+    t_start = time.time()
+    args, given, config_names = parse_args(sys.argv[1:] if argv is None else argv)
+
+    ckpt = None
+    if args.resume:                                          # the run's own flags, updated by the given ones
+        if args.out_dir is None:
+            raise UsageError("--resume needs --out_dir, the folder of the run to continue")
+        ckpt = load_checkpoint(os.path.join(args.out_dir, "ckpt.pt"))
+        for k, v in ckpt["args"].items():
+            if k not in given:
+                setattr(args, k, v)
+        given |= set(ckpt["args"])
+    overrides = resolve(args, given, config_names)
+    args.out_dir = args.out_dir or os.path.join("out", f"{args.model}-{args.task}")
+
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    device = args.device
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
+    torch.manual_seed(args.seed)
+
+    # the model: from a checkpoint, or new from the task, the preset and the flags
+    source = None
+    if args.init_from:
+        source = load_checkpoint(args.init_from)
+        args.model = source["model_name"]
+    if ckpt is not None:
+        config_dict = ckpt["config"]
+    elif source is not None:
+        config_dict = {**source["config"], **{k: v for k, v in overrides.items() if k in given}}
+    else:
+        config_dict = dict(MODELS[args.model][1], **overrides)
+    task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
+                          **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
+    head = {"cls": "cls", "match": "match", "lm": "lm"}[task.kind]
+    task_fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=head, n_classes=task.n_classes)
+    if source is not None or ckpt is not None:
+        for k, v in task_fields.items():
+            if k in ("vocab_size", "head", "n_classes") and config_dict[k] != v:
+                raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {args.task} needs {v}")
+    config_dict = {**config_dict, **{k: v for k, v in task_fields.items() if k not in config_dict or k == "head"}}
+    model = build_model(args.model, config_dict)
+    if source is not None:
+        model.load_state_dict(source["model"])
+    if args.transfer_from:                                   # SimpleTRON's Section 4.2
+        import simpletron
+        simple = load_checkpoint(args.transfer_from)
+        simpletron.transfer_attention(build_model(simple["model_name"], simple["config"]), model)
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+    model.to(device)
+    config_dict = dataclasses.asdict(model.config)
+    run_args = {name: getattr(args, name) for name, *_ in FLAGS}
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"{args.model} on {args.task} ({device}): {n_params / 1e6:.2f}M parameters | {fmt(config_dict)}")
+    os.makedirs(args.out_dir, exist_ok=True)
+
+    def final_metrics(extra):
+        out = {"model": args.model, "task": args.task}
+        for split in ("val", "test"):
+            if task.has(split):
+                m = evaluate(model, task.split(split), args.batch_size, device, autocast)
+                print(f"{split}: {fmt(m)}")
+                out.update({f"{split}_{k}": v for k, v in m.items()})
+        out.update(extra, config=config_dict, args=run_args)
+        data.atomic_write_text(os.path.join(args.out_dir, "metrics.json"), json.dumps(out, indent=2) + "\n")
+        print(f"wrote {os.path.join(args.out_dir, 'metrics.json')}")
+        return out
+
+    if args.eval_only:
+        if source is None:
+            raise UsageError("--eval_only needs --init_from CKPT")
+        return final_metrics({"iters": 0, "seconds": time.time() - t_start})
+
+    train = task.split("train")
+    if args.n_train is not None:
+        train = train.subset(args.n_train)
+    train_model = torch.compile(model) if args.compile else model
+    optimizer = make_optimizer(model, args, device)
+    start = 0
+    if ckpt is not None:
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start = ckpt["iter"]
+        print(f"resuming {args.out_dir} at step {start}")
+
+    log_path = os.path.join(args.out_dir, "log.jsonl")
+    log = open(log_path, "a" if ckpt is not None else "w")
+
+    def checkpoint(it):
+        save_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), {
+            "model_name": args.model, "config": config_dict, "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(), "iter": it, "args": run_args})
+
+    it, tokens, t_train = start, 0, 0.0
+    window = {"loss": 0.0, "correct": 0, "count": 0, "steps": 0}        # averaged over a log interval
+    stopped = "max_iters"
+    try:
+        while it < args.max_iters:
+            if args.time_limit is not None and time.time() - t_start > 60 * args.time_limit:
+                stopped = f"time_limit ({args.time_limit} min)"
+                break
+            t0 = time.time()
+            lr = learning_rate(args, it + 1)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            # the data and the dropout of step `it` depend on (seed, it) alone: resuming replays them exactly
+            rng = np.random.default_rng([args.seed, it])
+            torch.manual_seed(args.seed * 1_000_003 + it)
+            loss_sum, correct, count = 0.0, 0, 0
+            for _ in range(args.grad_accum):
+                x, y = train.sample(args.batch_size, rng)
+                tokens += train.tokens_in(x)
+                x, y = x.to(device), y.to(device)
+                with autocast:
+                    logits, loss = train_model(x, y)
+                (loss / args.grad_accum).backward()
+                loss_sum += loss.item() / args.grad_accum
+                if logits.dim() == 2:
+                    correct += (logits.argmax(-1) == y).sum().item()
+                    count += y.numel()
+            if args.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            it += 1
+            t_train += time.time() - t0
+            record = {"step": it, "loss": loss_sum, "lr": lr}
+            if count:
+                record["acc"] = correct / count
+            log.write(json.dumps(record) + "\n")
+            for k, v in (("loss", loss_sum), ("correct", correct), ("count", count), ("steps", 1)):
+                window[k] += v
+            if it % args.log_interval == 0 or it == args.max_iters:
+                rate = tokens / max(t_train, 1e-9)
+                eta = (args.max_iters - it) * t_train / (it - start)
+                acc = f" | acc {window['correct'] / window['count']:.3f}" if window["count"] else ""
+                print(f"step {it}/{args.max_iters} | loss {window['loss'] / window['steps']:.4f}{acc}"
+                      f" | lr {lr:.2e} | {rate / 1e3:.1f}k tok/s | eta {eta / 60:.1f} min", flush=True)
+                window = dict.fromkeys(window, 0)
+            if (it % args.eval_interval == 0 or it == args.max_iters) and task.has("val"):
+                m = evaluate(model, task.split("val"), args.batch_size, device, autocast, args.eval_iters)
+                print(f"step {it} val: {fmt(m)}", flush=True)
+                log.write(json.dumps({"step": it, **{f"val_{k}": v for k, v in m.items()}}) + "\n")
+                log.flush()
+                checkpoint(it)
+    except KeyboardInterrupt:
+        stopped = "interrupted"
+        print(f"\ninterrupted at step {it}; continue with: python train.py --resume --out_dir {args.out_dir}")
+    checkpoint(it)
+    log.close()
+    if stopped != "max_iters":
+        print(f"stopped at step {it}: {stopped}")
+    return final_metrics({"iters": it, "stopped": stopped, "seconds": time.time() - t_start,
+                          "train_seconds": t_train, "tokens_per_s": tokens / max(t_train, 1e-9),
+                          "n_params": n_params})
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (UsageError, data.DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
