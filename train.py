@@ -91,6 +91,7 @@ FLAGS = [
     ("out_dir", str, None, "where to write ckpt.pt, log.jsonl, metrics.json (default out/MODEL-TASK)"),
     ("data_dir", str, None, "read the task from these files instead of downloading or generating it"),
     ("cache_dir", str, "data", "where generated and downloaded data are kept"),
+    ("tokenizer", str, "gpt2", "BPE tasks: gpt2 (tiktoken), another tiktoken encoding, or byte"),
     ("n_train", int, None, "train on the first n training examples (language models: tokens)"),
     ("seed", int, 0, "seed of data order, dropout and initialisation"),
     ("resume", bool, False, "continue the run in out_dir from its ckpt.pt"),
@@ -288,6 +289,7 @@ def main(argv=None):
     else:
         config_dict = dict(MODELS[args.model][1], **overrides)
     task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
+                          tokenizer=args.tokenizer,
                           **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
     head = {"cls": "cls", "match": "match", "lm": "lm"}[task.kind]
     task_fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=head, n_classes=task.n_classes)
