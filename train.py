@@ -189,13 +189,15 @@ def load_checkpoint(path):
         raise UsageError(f"{path} is not a readable checkpoint ({type(e).__name__}: {e})") from None
 
 
-def build_model(model_name, config_dict):
-    module = model_module(model_name)
+def make_config(model_name, config_dict):
     try:
-        config = module.Config(**config_dict)
+        return model_module(model_name).Config(**config_dict)
     except (TypeError, ValueError) as e:
         raise UsageError(f"bad model settings: {e}") from None
-    return module.Model(config)
+
+
+def build_model(model_name, config_dict):
+    return model_module(model_name).Model(make_config(model_name, config_dict))
 
 
 def save_checkpoint(path, state):
@@ -288,6 +290,7 @@ def main(argv=None):
         config_dict = {**source["config"], **{k: v for k, v in overrides.items() if k in given}}
     else:
         config_dict = dict(MODELS[args.model][1], **overrides)
+    make_config(args.model, config_dict)                     # bad settings fail before any data is loaded
     task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
                           tokenizer=args.tokenizer,
                           **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
@@ -304,7 +307,9 @@ def main(argv=None):
     if args.transfer_from:                                   # SimpleTRON's Section 4.2
         import simpletron
         simple = load_checkpoint(args.transfer_from)
-        simpletron.transfer_attention(build_model(simple["model_name"], simple["config"]), model)
+        trained = build_model(simple["model_name"], simple["config"])
+        trained.load_state_dict(simple["model"])
+        simpletron.transfer_attention(trained, model)
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
     model.to(device)
@@ -320,7 +325,7 @@ def main(argv=None):
             if task.has(split):
                 m = evaluate(model, task.split(split), args.batch_size, device, autocast)
                 print(f"{split}: {fmt(m)}")
-                out.update({f"{split}_{k}": v for k, v in m.items()})
+                out.update({f"{split}_{k}" if k != "n" else f"n_{split}": v for k, v in m.items()})
         out.update(extra, config=config_dict, args=run_args)
         data.atomic_write_text(os.path.join(args.out_dir, "metrics.json"), json.dumps(out, indent=2) + "\n")
         print(f"wrote {os.path.join(args.out_dir, 'metrics.json')}")
