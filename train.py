@@ -44,9 +44,11 @@ PRESETS = {
                                   schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
         ("softmax", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
                                schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
-        ("simpletron", "listops"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=2e-3, warmup=100,
-                                        schedule="cosine", max_iters=1500, batch_size=16, n_train=None,
-                                        eval_interval=500, time_limit=13.5),
+        # the README's main command: about 8 minutes here, ~35% test accuracy. 400 steps on 64-token prefixes
+        # first: at full length the first ~4,000 steps sit at the label prior (17%) before anything is learned
+        ("simpletron", "listops"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=5e-4, warmup=100,
+                                        schedule="cosine", max_iters=1500, batch_size=16, short_steps=400,
+                                        short_len=64, eval_interval=500, time_limit=13.5),
     },
     "paper": {  # the papers' settings, for a GPU
         # SimpleTRON Table 3 (LRA): ListOps 6 blocks, 8 heads, 512, MLP 2048, lr 0.005, warmup 1000, 15k steps
@@ -87,6 +89,8 @@ FLAGS = [
     ("eval_interval", int, 250, "evaluate on val and write the checkpoint every this many steps"),
     ("eval_iters", int, 20, "batches of val to evaluate during training (the end uses all of val and test)"),
     ("log_interval", int, 10, "print a log line every this many steps"),
+    ("short_steps", int, 0, "sequence-length warm-up: the first short_steps steps train on prefixes ..."),
+    ("short_len", int, 64, "... of short_len tokens (classification tasks; escapes the long early plateau)"),
     ("time_limit", float, None, "stop training after this many minutes of wall time (data preparation included)"),
     ("out_dir", str, None, "where to write ckpt.pt, log.jsonl, metrics.json (default out/MODEL-TASK)"),
     ("data_dir", str, None, "read the task from these files instead of downloading or generating it"),
@@ -356,7 +360,7 @@ def main(argv=None):
             "optimizer": optimizer.state_dict(), "iter": it, "args": run_args})
 
     it, tokens, t_train = start, 0, 0.0
-    window = {"loss": 0.0, "correct": 0, "count": 0, "steps": 0}        # averaged over a log interval
+    window = {"loss": 0.0, "correct": 0, "count": 0, "steps": 0, "seconds": 0.0}  # one log interval
     stopped = "max_iters"
     try:
         while it < args.max_iters:
@@ -373,6 +377,8 @@ def main(argv=None):
             loss_sum, correct, count = 0.0, 0, 0
             for _ in range(args.grad_accum):
                 x, y = train.sample(args.batch_size, rng)
+                if it < args.short_steps and task.kind != "lm":
+                    x = x[..., :args.short_len]
                 tokens += train.tokens_in(x)
                 x, y = x.to(device), y.to(device)
                 with autocast:
@@ -392,11 +398,12 @@ def main(argv=None):
             if count:
                 record["acc"] = correct / count
             log.write(json.dumps(record) + "\n")
-            for k, v in (("loss", loss_sum), ("correct", correct), ("count", count), ("steps", 1)):
+            for k, v in (("loss", loss_sum), ("correct", correct), ("count", count), ("steps", 1),
+                         ("seconds", time.time() - t0)):
                 window[k] += v
             if it % args.log_interval == 0 or it == args.max_iters:
                 rate = tokens / max(t_train, 1e-9)
-                eta = (args.max_iters - it) * t_train / (it - start)
+                eta = (args.max_iters - it) * window["seconds"] / window["steps"]
                 acc = f" | acc {window['correct'] / window['count']:.3f}" if window["count"] else ""
                 print(f"step {it}/{args.max_iters} | loss {window['loss'] / window['steps']:.4f}{acc}"
                       f" | lr {lr:.2e} | {rate / 1e3:.1f}k tok/s | eta {eta / 60:.1f} min", flush=True)
