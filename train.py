@@ -138,10 +138,13 @@ def parse_args(argv):
     first.add_argument("--model", default="simpletron")
     first.add_argument("--resume", type=to_bool, nargs="?", const=True, default=False)
     first.add_argument("--out_dir")
+    first.add_argument("--init_from")
     known, _ = first.parse_known_args(argv)
     model_name = known.model
     if known.resume and known.out_dir and os.path.isfile(os.path.join(known.out_dir, "ckpt.pt")):
         model_name = load_checkpoint(os.path.join(known.out_dir, "ckpt.pt"))["model_name"]
+    elif known.init_from and os.path.isfile(known.init_from):
+        model_name = load_checkpoint(known.init_from)["model_name"]
     config_fields = dataclasses.fields(model_module(model_name).Config)
 
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -265,7 +268,12 @@ def main(argv=None):
     t_start = time.time()
     args, given, config_names = parse_args(sys.argv[1:] if argv is None else argv)
 
-    ckpt = None
+    ckpt = source = None
+    if args.init_from:                                       # its model, and its task unless --task is given
+        source = load_checkpoint(args.init_from)
+        args.model = source["model_name"]
+        args.task = args.task or source["args"]["task"]
+        given |= {"model", "task"}
     if args.resume:                                          # the run's own flags, updated by the given ones
         if args.out_dir is None:
             raise UsageError("--resume needs --out_dir, the folder of the run to continue")
@@ -284,10 +292,6 @@ def main(argv=None):
     torch.manual_seed(args.seed)
 
     # the model: from a checkpoint, or new from the task, the preset and the flags
-    source = None
-    if args.init_from:
-        source = load_checkpoint(args.init_from)
-        args.model = source["model_name"]
     if ckpt is not None:
         config_dict = ckpt["config"]
     elif source is not None:
