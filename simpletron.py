@@ -77,14 +77,13 @@ class Config:
 def simple_attention(q, k, v, mask):
     """SimpleTRON, bidirectional: Q_h (K_h^T V_h) / sqrt(n), n = number of real tokens."""
     if mask is not None:
-        m = mask[:, None, :, None].to(q.dtype)               # (B, 1, L, 1)
-        q, k, v = q * m, k * m, v * m                        # padded rows add nothing to K^T V
-        n = mask.sum(1).clamp(min=1).to(q.dtype)[:, None, None, None]  # (B, 1, 1, 1)
+        k = k * mask[:, None, :, None]                       # padded tokens add nothing to K^T V
+        n = mask.sum(1).clamp(min=1)[:, None, None, None]    # (B, 1, 1, 1) real tokens
     else:
-        n = q.new_tensor(q.shape[2])
+        n = torch.tensor(q.shape[2])
     # SimpleAttention(Q_h, K_h, V_h) = Q_h (K_h^T V_h) / sqrt(n)                  (Section 3)
     KV = k.transpose(-2, -1) @ v                             # (B, H, d, d)
-    return (q @ KV) / n.sqrt()                               # (B, H, L, d)
+    return (q @ KV) / n.to(q.dtype).sqrt()                   # (B, H, L, d); padded rows are never read
 
 
 def causal_simple_attention(q, k, v, chunk=64):
