@@ -10,11 +10,49 @@ Three kinds of task, matching the three model heads:
     match : a pair -> class.          x (B, 2, L);                  y (B,)
     lm    : next token prediction.    x (B, L);                     y (B, L), the next tokens
 Classification batches are padded only to their longest member, so short examples cost less.
+
+The tasks of the three papers (python train.py --task NAME):
+
+    task         kind   length  vocabulary (with pad 0)   classes  without --data_dir        | --data_dir holds
+    listops      cls    2,000   16                        10       generated (LRA recipe)    | LRA basic_*.tsv
+    pathfinder   cls    1,024   257: pixel + 1            2        generated (LRA, Linsley)  | LRA pathfinder32/
+    image        cls    1,024   257: pixel + 1            10       HF uoft-cs/cifar10        | cifar-10-batches-py/
+    text         cls    4,000   257: byte + 1             2        HF stanfordnlp/imdb       | aclImdb/
+    retrieval    match  4,000   257: byte + 1             2        (none: LRA release only)  | new_aan_pairs.*.tsv
+    imdb         cls    512     BPE id + 1 (gpt2: 50,258) 2        HF stanfordnlp/imdb       | aclImdb/
+    agnews       cls    512     BPE id + 1 (gpt2: 50,258) 4        HF fancyzhx/ag_news       | train.csv, test.csv
+    ptb          lm     35      10,001: words + 1         -        HF ptb_text_only          | ptb.*.txt
+    wikitext103  lm     512     BPE id (gpt2: 50,257)     -        HF Salesforce/wikitext    | wiki.*.tokens
+    openwebtext  lm     1,024   BPE id (gpt2: 50,257)     -        HF Skylion007/openwebtext | nanoGPT's *.bin
+    textfile     lm     256     chars + 1, or BPE id      -        (none)                    | a .txt file
+
+Token 0 is padding everywhere, so tokens that can be 0 are shifted: pixels and bytes become value + 1
+(vocabulary 257), BPE ids become id + 1 in classification. Language-model streams are never padded and
+keep the tokenizer's own ids (nanoGPT's uint16 .bin files), except the word/char vocabularies, which
+count from 1. --tokenizer picks the BPE: gpt2 (tiktoken, the default), any tiktoken encoding, byte (a
+tiktoken Encoding over the 256 byte values plus <|endoftext|>, built here: no download), or char
+(textfile only). Everything derived is cached under --cache_dir (written atomically, reused) and every
+split is one fixed, deterministic draw (independent of --seed, as ListOps: every run of a task is
+evaluated on the same examples). A task that cannot get its data fails at once with a DataError: one
+line naming the task, what was tried and the --data_dir layout that works instead.
 """
 
+import contextlib
+import csv
+import glob
+import hashlib
+import itertools
+import json
+import math
 import multiprocessing
 import os
+import pickle
 import random
+import shutil
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,22 +83,41 @@ def load_task(name, **kw):
 # Splits and tasks
 
 class ClassificationSplit:
-    """N examples: tokens (N, L) or (N, 2, L) for pairs, padded with 0; lengths (N,); labels (N,)."""
+    """N examples: tokens (N, L) or (N, 2, L) for pairs, padded with 0; lengths (N,); labels (N,).
 
-    def __init__(self, tokens, labels):
-        self.tokens, self.labels = tokens, np.asarray(labels, dtype=np.int64)
-        self.lengths = (tokens != 0).reshape(len(tokens), -1, tokens.shape[-1]).sum(-1).max(-1)
+    Large splits keep their tokens compact (uint8 bytes or pixels, often a read-only np.memmap) and
+    shift them only when a batch is made: with offset=1 a stored value v becomes token v + 1 and every
+    position past the example's length (doc_lengths, (N,) or (N, 2)) becomes padding 0."""
+
+    def __init__(self, tokens, labels, lengths=None, offset=0):
+        self.tokens, self.labels, self.offset = tokens, np.asarray(labels, dtype=np.int64), offset
+        if lengths is None:
+            if offset:
+                raise ValueError("a shifted split needs the lengths of its examples")
+            lengths = (tokens != 0).sum(-1)
+        self.doc_lengths = np.asarray(lengths)
+        self.lengths = self.doc_lengths.reshape(len(self.labels), -1).max(-1)  # the longer of a pair
 
     def __len__(self):
         return len(self.labels)
 
     def subset(self, n):
-        return ClassificationSplit(self.tokens[:n], self.labels[:n])
+        return ClassificationSplit(self.tokens[:n], self.labels[:n], self.doc_lengths[:n], self.offset)
+
+    def truncate(self, length):
+        """The same examples cut to their first `length` tokens."""
+        if length >= self.tokens.shape[-1]:
+            return self
+        return ClassificationSplit(self.tokens[..., :length], self.labels, np.minimum(self.doc_lengths, length),
+                                   self.offset)
 
     def _batch(self, idx):
         L = max(int(self.lengths[idx].max()), 1)             # pad only to the longest in the batch
-        x = torch.from_numpy(self.tokens[idx][..., :L].astype(np.int64))
-        return x, torch.from_numpy(self.labels[idx])
+        x = self.tokens[idx][..., :L].astype(np.int64)
+        if self.offset:                                      # stored values -> token ids, 0 past the end
+            x += self.offset
+            x[np.arange(L) >= self.doc_lengths[idx][..., None]] = 0
+        return torch.from_numpy(x), torch.from_numpy(self.labels[idx])
 
     def sample(self, batch_size, rng):
         return self._batch(rng.integers(0, len(self), batch_size))
@@ -75,8 +132,39 @@ class ClassificationSplit:
         return int((x != 0).sum())
 
 
+class ShardedSplit:
+    """A classification split stored as equal shards that are made (generated, then cached) only when first
+    needed: subset(n) makes just the shards that hold the first n examples, so a short run (train.py
+    --n_train) does not wait for all of them; anything else makes every shard."""
+
+    def __init__(self, n_shards, shard_size, make, offset=0):
+        self.n_shards, self.shard_size, self.make, self.offset = n_shards, shard_size, make, offset
+        self._all = None
+
+    def __len__(self):
+        return self.n_shards * self.shard_size
+
+    def _split(self, k):                                     # the first k shards
+        tokens, labels = self.make(k)
+        return ClassificationSplit(tokens, labels, np.full(len(labels), tokens.shape[-1]), self.offset)
+
+    def subset(self, n):
+        return self._split(min(self.n_shards, -(-n // self.shard_size))).subset(n)
+
+    def full(self):
+        if self._all is None:
+            self._all = self._split(self.n_shards)
+        return self._all
+
+    def __getattr__(self, name):                             # sample, batches, tokens_in, labels, ...
+        if name.startswith("_") or name in ("n_shards", "shard_size", "make", "offset"):
+            raise AttributeError(name)
+        return getattr(self.full(), name)
+
+
 class LMSplit:
-    """One long stream of token ids; an example is a window of block_size tokens and the next ones."""
+    """One long stream of token ids; an example is a window of block_size tokens and the next ones.
+    The stream may be a read-only np.memmap of a .bin file (nanoGPT's format): nothing is loaded."""
 
     def __init__(self, stream, block_size):
         self.stream, self.block_size = stream, block_size
@@ -143,6 +231,266 @@ def find_file(data_dir, names, what):
             return path
     raise DataError(f"{what}: no {names[0]} under --data_dir {data_dir} (looked for {', '.join(names)})")
 
+
+# ----------------------------------------------------------------------------------------------
+# Where data comes from: the --data_dir folder, the cache, Hugging Face, tiktoken
+
+def one_line(e, limit=300):
+    """An exception as one short line."""
+    text = " ".join(str(e).split()) or type(e).__name__
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def locate(task_name, data_dir, marker, subdirs, layout):
+    """The folder that holds `marker`: data_dir itself or one of `subdirs` under it (a release's top folder
+    or the folder that holds it). Otherwise a DataError that shows the layout that works."""
+    if not os.path.isdir(data_dir):
+        raise DataError(f"{task_name}: --data_dir {data_dir} is not a folder; {layout}")
+    for sub in ("", *subdirs):
+        if os.path.exists(os.path.join(data_dir, sub, marker)):
+            return os.path.normpath(os.path.join(data_dir, sub))
+    looked = ", ".join(os.path.join(s, marker) if s else marker for s in ("", *subdirs))
+    raise DataError(f"{task_name}: no {marker} in --data_dir {data_dir} (looked for {looked}); {layout}")
+
+
+def source_key(paths):
+    """A short name for local source files: changes when a file is replaced, so the cache follows."""
+    h = hashlib.sha1()
+    for p in sorted(paths):
+        st = os.stat(p)
+        h.update(f"{os.path.realpath(p)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+    return "local-" + h.hexdigest()[:10]
+
+
+def cached_dir(folder, build, what):
+    """`folder`, built once by build(tmp) into a temporary folder that is then renamed into place (atomic:
+    an interrupted build leaves no half-written cache). Concurrent builders: the first rename wins. Nothing
+    is printed before the build has its data, so that a missing source is reported by its one-line error."""
+    if os.path.isdir(folder):
+        return folder
+    os.makedirs(os.path.dirname(folder) or ".", exist_ok=True)
+    tmp = f"{folder}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    try:
+        build(tmp)
+        os.replace(tmp, folder)
+    except OSError:
+        if not os.path.isdir(folder):
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print(f"{what}: cached in {folder}", flush=True)
+    return folder
+
+
+def save_json(path, obj):
+    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+_REACHABLE = {}
+
+
+def reachable(url, timeout=3.0):
+    """Whether `url` answers at all within `timeout` seconds (any HTTP status counts). Asked once per host,
+    in a thread, so that neither DNS nor a silent firewall can hang the caller."""
+    host = urllib.parse.urlsplit(url).netloc
+    if host not in _REACHABLE:
+        answer = []
+
+        def probe():
+            try:
+                urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+                answer.append(True)
+            except urllib.error.HTTPError:                   # the server answered
+                answer.append(True)
+            except Exception:
+                answer.append(False)
+
+        t = threading.Thread(target=probe, daemon=True)
+        t.start()
+        t.join(timeout + 1)
+        _REACHABLE[host] = bool(answer and answer[0])
+    return _REACHABLE[host]
+
+
+def _truthy(name):
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+@contextlib.contextmanager
+def hf_offline_mode():
+    """Make `datasets` read its local cache only (it otherwise retries the Hub for about half a minute)."""
+    import datasets.config
+    import huggingface_hub.constants
+    saved = [(m, a, getattr(m, a)) for m, a in ((datasets.config, "HF_HUB_OFFLINE"),
+                                                 (datasets.config, "HF_DATASETS_OFFLINE"),
+                                                 (huggingface_hub.constants, "HF_HUB_OFFLINE")) if hasattr(m, a)]
+    for m, a, _ in saved:
+        setattr(m, a, True)
+    try:
+        yield
+    finally:
+        for m, a, v in saved:
+            setattr(m, a, v)
+
+
+def hf_dataset(path, config=None, parquet_dir=None):
+    """datasets.load_dataset(path, config): a DatasetDict. Without network (no answer from the Hub within
+    seconds, or HF_HUB_OFFLINE=1) only the local Hugging Face cache is read, so this fails fast. Datasets
+    that still carry a loading script (unsupported since datasets 4) are read from the Hub's parquet
+    conversion (revision refs/convert/parquet, folder parquet_dir). The tests replace this function."""
+    try:
+        import datasets
+    except ImportError:
+        raise DataError("the datasets package is not installed (pip install datasets)") from None
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    online = not (_truthy("HF_HUB_OFFLINE") or _truthy("HF_DATASETS_OFFLINE")) and reachable(endpoint)
+    with contextlib.nullcontext() if online else hf_offline_mode():
+        try:
+            return datasets.load_dataset(path, config)
+        except Exception as e:
+            if not (online and parquet_dir and "script" in str(e).lower()):
+                reason = "no network and not in the Hugging Face cache" if not online else one_line(e, 200)
+                raise DataError(reason) from None
+        try:
+            return datasets.load_dataset(path, revision="refs/convert/parquet", data_dir=parquet_dir)
+        except Exception as e:
+            raise DataError(one_line(e, 200)) from None
+
+
+def load_hf(task_name, layout, path, config=None, parquet_dir=None):
+    """hf_dataset(...) with failures turned into the task's one-line DataError."""
+    name = path + (f" ({config})" if config else "")
+    try:
+        return hf_dataset(path, config, parquet_dir)
+    except DataError as e:
+        raise DataError(f"{task_name}: tried Hugging Face dataset {name}: {e}; instead pass --data_dir {layout}") from None
+
+
+def hf_rows(ds, columns, batch_size=1000):
+    """The columns of a Hugging Face dataset split, batch after batch, as lists."""
+    missing = [c for c in columns if c not in ds.column_names]
+    if missing:
+        raise DataError(f"the Hugging Face dataset has no column {missing[0]!r} (it has {', '.join(ds.column_names)})")
+    for batch in ds.select_columns(columns).iter(batch_size=batch_size):
+        yield [batch[c] for c in columns]
+
+
+def hf_split(dd, names, task_name):
+    for name in names:
+        if name in dd:
+            return dd[name]
+    raise DataError(f"{task_name}: the Hugging Face dataset has no {names[0]} split (it has {', '.join(dd)})")
+
+
+# Tokenizers. gpt2's pre-tokenisation regex (tiktoken's), so that "byte" splits text as gpt2 does.
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+TIKTOKEN_URL = "https://openaipublic.blob.core.windows.net"
+
+
+def byte_encoding():
+    """A byte-level tiktoken Encoding, built here (no download): ids 0-255 are the bytes, 256 <|endoftext|>."""
+    import tiktoken
+    return tiktoken.Encoding(name="byte", pat_str=GPT2_PATTERN,
+                             mergeable_ranks={bytes([i]): i for i in range(256)},
+                             special_tokens={"<|endoftext|>": 256})
+
+
+def get_tokenizer(name, task_name):
+    """--tokenizer NAME as a tiktoken Encoding: byte, or a tiktoken encoding (gpt2, cl100k_base, ...), whose
+    files tiktoken downloads once and caches (TIKTOKEN_CACHE_DIR). Without network only that cache is read."""
+    try:
+        import tiktoken
+        import tiktoken.load
+    except ImportError:
+        raise DataError(f"{task_name}: --tokenizer {name} needs tiktoken (pip install tiktoken)") from None
+    if name == "byte":
+        return byte_encoding()
+    if name not in tiktoken.list_encoding_names():
+        raise DataError(f"{task_name}: unknown --tokenizer {name!r}; choose byte or a tiktoken encoding "
+                        f"({', '.join(tiktoken.list_encoding_names())})")
+    read_file = tiktoken.load.read_file
+
+    def no_network(url):
+        raise ConnectionError(f"not cached: {url}")
+
+    tiktoken.load.read_file = no_network                     # first tiktoken's cache alone: no network needed
+    try:
+        return tiktoken.get_encoding(name)
+    except Exception:
+        pass
+    finally:
+        tiktoken.load.read_file = read_file
+    why = "it is not cached here and there is no network"
+    if reachable(TIKTOKEN_URL):
+        try:
+            return tiktoken.get_encoding(name)
+        except Exception as e:
+            why = one_line(e, 200)
+    raise DataError(f"{task_name}: cannot load the {name} tokenizer ({why}; tiktoken downloads it once from "
+                    f"{TIKTOKEN_URL} into TIKTOKEN_CACHE_DIR); use --tokenizer byte to work offline")
+
+
+def id_dtype(n):
+    """The smallest unsigned type for ids below n."""
+    return np.uint8 if n <= 256 else np.uint16 if n <= 65536 else np.uint32
+
+
+def encode_batch(enc, texts):
+    return enc.encode_ordinary_batch(list(texts), num_threads=max(1, min(8, os.cpu_count() or 1)))
+
+
+def bpe_rows(enc, texts, length, chunk=4096):
+    """Texts -> (N, length) BPE ids + 1 (0 = padding) in the smallest dtype, cut to their first `length`."""
+    out = np.zeros((len(texts), length), dtype=id_dtype(enc.n_vocab + 1))
+    for start in range(0, len(texts), chunk):                # a chunk at a time: Python's lists of ids are big
+        for i, row in enumerate(encode_batch(enc, texts[start:start + chunk]), start):
+            row = row[:length]
+            out[i, :len(row)] = np.asarray(row, dtype=np.int64) + 1
+    return out
+
+
+def byte_rows(texts, length):
+    """Texts (str or bytes) -> (N, length) uint8 bytes and their lengths: the first `length` bytes of UTF-8."""
+    out = np.zeros((len(texts), length), dtype=np.uint8)
+    lengths = np.zeros(len(texts), dtype=np.int32)
+    for i, t in enumerate(texts):
+        b = (t.encode("utf-8") if isinstance(t, str) else bytes(t))[:length]
+        out[i, :len(b)] = np.frombuffer(b, dtype=np.uint8)
+        lengths[i] = len(b)
+    return out, lengths
+
+
+def save_arrays(folder, split, **arrays):
+    for name, a in arrays.items():
+        np.save(os.path.join(folder, f"{split}.{name}.npy"), a)
+
+
+def load_cls_split(folder, split, offset, block_size):
+    """A classification split cached by save_arrays: tokens memory-mapped, cut to block_size."""
+    tokens = np.load(os.path.join(folder, f"{split}.tokens.npy"), mmap_mode="r")
+    labels = np.load(os.path.join(folder, f"{split}.labels.npy"))
+    lengths = np.load(os.path.join(folder, f"{split}.lengths.npy"))
+    return ClassificationSplit(tokens, labels, lengths, offset).truncate(block_size)
+
+
+def cls_task(name, kind, folder, vocab_size, block_size, n_classes, offset, splits):
+    """A classification Task over a cached folder; splits maps split name -> stored split name. Splits stored
+    once are loaded once: where val is the test split, task.split("val") is task.split("test")."""
+    loaded = {}
+
+    def load(stored):
+        if stored not in loaded:
+            loaded[stored] = load_cls_split(folder, stored, offset, block_size)
+        return loaded[stored]
+
+    return Task(name, kind, vocab_size, block_size, n_classes, {s: (lambda f=f: load(f)) for s, f in splits.items()})
 
 # ----------------------------------------------------------------------------------------------
 # ListOps (Nangia & Bowman 2018), generated exactly by the Long Range Arena recipe
@@ -308,21 +656,39 @@ def listops(cache_dir="data", data_dir=None, block_size=2000, **_):
     return Task("listops", "cls", len(LISTOPS_VOCAB), block_size, 10, loaders)
 
 
+
+
 # ----------------------------------------------------------------------------------------------
-# Penn Treebank, word level (Mikolov's release: ptb.{train,valid,test}.txt, 10k words with <unk>)
+# Penn Treebank, word level (Mikolov's release: ptb.{train,valid,test}.txt, 10k words with <unk>).
+# Without --data_dir the Hugging Face copy (ptb_text_only, the same sentences) is written out once as
+# those three files under cache_dir/ptb/ and read back the same way.
+
+PTB_LAYOUT = ("DIR with Mikolov's ptb.train.txt, ptb.valid.txt, ptb.test.txt (simple-examples.tgz; DIR may "
+              "also hold simple-examples/data/ or ptb/)")
+PTB_FILES = (("train", "train"), ("val", "valid"), ("test", "test"))
+
 
 def read_words(path):
     with open(path) as f:
         return [w for line in f for w in line.split() + ["<eos>"]]
 
 
+def fetch_ptb(folder):
+    def build(tmp):
+        dd = load_hf("ptb", PTB_LAYOUT, "ptb-text-only/ptb_text_only", "penn_treebank", parquet_dir="penn_treebank")
+        for split, name in PTB_FILES:
+            ds = hf_split(dd, ["validation" if split == "val" else split], "ptb")
+            lines = [f" {s} \n" for batch, in hf_rows(ds, ["sentence"]) for s in batch]
+            atomic_write_text(os.path.join(tmp, f"ptb.{name}.txt"), "".join(lines))
+    return cached_dir(folder, build, "ptb: writing Hugging Face's Penn Treebank as Mikolov's files")
+
+
 @task("ptb")
-def ptb(data_dir=None, block_size=35, **_):
+def ptb(data_dir=None, cache_dir="data", block_size=35, **_):
     if data_dir is None:
-        raise DataError("ptb: no Penn Treebank here; pass --data_dir DIR with ptb.train.txt, ptb.valid.txt, "
-                        "ptb.test.txt (Mikolov's release)")
-    files = {s: find_file(data_dir, [f"ptb.{f}.txt"], "ptb") for s, f in
-             (("train", "train"), ("val", "valid"), ("test", "test"))}
+        data_dir = fetch_ptb(os.path.join(cache_dir, "ptb"))
+    folder = locate("ptb", data_dir, "ptb.train.txt", ["simple-examples/data", "ptb"], f"use {PTB_LAYOUT}")
+    files = {s: find_file(folder, [f"ptb.{f}.txt"], "ptb") for s, f in PTB_FILES}
     words = {s: read_words(p) for s, p in files.items()}
     vocab = {w: i for i, w in enumerate(sorted(set(words["train"])), start=1)}  # 0 is padding
     for s, ws in words.items():
@@ -332,3 +698,833 @@ def ptb(data_dir=None, block_size=35, **_):
     streams = {s: np.array([vocab[w] for w in ws], dtype=np.int32) for s, ws in words.items()}
     loaders = {s: (lambda a=a: LMSplit(a, block_size)) for s, a in streams.items()}
     return Task("ptb", "lm", len(vocab) + 1, block_size, 0, loaders)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pathfinder (Linsley et al. 2018; LRA's 32x32 setting, lra_benchmarks/data/pathfinder.py, contour length
+# 14 = "hard"), drawn here with numpy alone. An image is drawn on a 64x64 canvas (2x, for anti-aliasing)
+# and averaged down 2x2 to 32x32. On the canvas (lengths in canvas pixels, half that in image pixels):
+#   - two target paths of 14 dashes. A dash is 4 long (2 image pixels) and 1 thick (0.5), and the next one
+#     starts 3 further on (a gap of ~1 image pixel), turned by an angle drawn with weight
+#     cos^2(turn) (continuity 1) among the turns whose dash is free: inside the canvas, away from every
+#     other path and from its own older dashes. Among free turns, those with room for a further dash are
+#     preferred (a one-step lookahead, so fewer paths get stuck). Both paths start near the centre, 14
+#     apart (LRA's seed distance, 7), and grow alternately, a dash each.
+#   - 5 distractor paths of 4 dashes (14 // 3), seeded where there is room; one that gets stuck is dropped.
+#   - two markers, discs of radius 3 (1.5): one where a target path starts, the other where that same path
+#     ends (label 1, connected) or where the other one ends (label 0). Labels are exactly 50/50 per shard.
+# Different paths (markers included) never come within 3 canvas pixels of each other (Chebyshev distance),
+# while consecutive dashes of a path are at most 3 apart: so "connected" is exactly "joined once gaps of up
+# to 3 canvas pixels are bridged", which the tests check by flood fill on the clean (canvas) drawing.
+# Lines count at contrast 1.5 (LRA: paddle contrast 0.75 x snake contrast 2), clipped to 1, markers at 1.
+# An image whose target paths get stuck is drawn again (about half are).
+# Tokens are the 1,024 pixels (0-255) in row order, + 1 (token 0 is padding), vocabulary 257.
+
+PF_W = 64                                  # the canvas
+PF_PAD = 8                                 # margin of the work maps, so that stamps never leave them
+PF_N = PF_W + 2 * PF_PAD
+PF_BORDER = 2                              # paths keep this far from the canvas edge
+PF_STEP = 7.0                              # one dash and its gap
+PF_DASH = np.arange(1.5, 5.51, 1.0, dtype=np.float32)    # the dash: 5 points 1 apart (8-connected pixels)
+PF_PROBE = np.array([3.5, 5.5], np.float32)              # lookahead: two points of a possible next dash
+PF_SEP = 3                                 # other paths stay more than this far (Chebyshev)
+PF_DIRS = 48                               # directions are multiples of 7.5 degrees
+PF_TURNS = np.arange(-11, 12, 2)           # -82.5 ... 82.5 degrees, 12 turns
+PF_TURN_W = (np.cos(np.deg2rad(PF_TURNS * 7.5)) ** 2).astype(np.float32)  # continuity 1
+PF_AHEAD = np.array([-8, -4, 0, 4, 8])     # lookahead turns: -60 ... 60 degrees
+PF_SEED_DISTANCE = 14.0
+PF_MARKER = 3.0
+PF_CONTOUR, PF_DISTRACTOR_LEN, PF_DISTRACTORS = 14, 14 // 3, 5
+
+_pf_u = np.stack([np.sin(np.arange(PF_DIRS) * 2 * np.pi / PF_DIRS),
+                  np.cos(np.arange(PF_DIRS) * 2 * np.pi / PF_DIRS)], -1).astype(np.float32)
+_PF_DASH_OFF = PF_DASH[None, :, None] * _pf_u[:, None, :]        # (direction, point, yx)
+_PF_PROBE_OFF = PF_PROBE[None, :, None] * _pf_u[:, None, :]
+_PF_STEP_OFF = PF_STEP * _pf_u
+
+
+def _pf_offsets(r, disc=None):
+    o = np.array([(dy, dx) for dy in range(-r, r + 1) for dx in range(-r, r + 1)
+                  if disc is None or dy * dy + dx * dx <= disc * disc])
+    return o
+
+
+_PF_BOX = _pf_offsets(PF_SEP)                                    # "within PF_SEP"
+_PF_DISC = _pf_offsets(int(PF_MARKER), PF_MARKER)
+_PF_DISC_BOX = np.unique((_PF_DISC[:, None] + _PF_BOX[None]).reshape(-1, 2), axis=0)
+_pf_flat = lambda o: o[:, 0] * PF_N + o[:, 1]                    # noqa: E731
+PF_BOX_FLAT, PF_DISC_FLAT, PF_DISC_BOX_FLAT = _pf_flat(_PF_BOX), _pf_flat(_PF_DISC), _pf_flat(_PF_DISC_BOX)
+PF_NEAR_FLAT = _pf_flat(_pf_offsets(1))     # a path keeps 2 pixels from its own older dashes
+
+
+def _pf_pixels(knot, off):
+    """Points knot + off -> canvas pixels: knot (..., 2), off (..., P, 2) -> (..., P, 2) int."""
+    return np.floor(knot[..., None, :] + off).astype(np.int64)
+
+
+def _pf_index(base, pix):
+    """Flat indices of canvas pixels pix (B, ..., 2) into the padded (B, PF_N, PF_N) maps; base (B,). Pixels
+    off the canvas (never free) are moved to just outside it, so that index + any offset of a stamp (at
+    most PF_PAD - 2) stays in the image's own map."""
+    p = np.clip(pix, -1, PF_W) + PF_PAD
+    return base.reshape(len(base), *([1] * (pix.ndim - 2))) + p[..., 0] * PF_N + p[..., 1]
+
+
+def _pf_free(near, own, base, pix, bit):
+    """Whether dashes (pix (B, ..., P, 2)) are inside and clear of other paths (near) and of the path's
+    own older dashes (own)."""
+    inside = ((pix >= PF_BORDER) & (pix <= PF_W - 1 - PF_BORDER)).all(-1)
+    idx = _pf_index(base, pix)
+    busy = (near.ravel()[idx] & ~bit) | (own.ravel()[idx] & bit)
+    return (inside & (busy == 0)).all(-1)
+
+
+def _pf_stamp(a, idx, offsets, bits):
+    """a.flat[idx + offset] |= bits, for idx (B, P) and every offset."""
+    if len(idx) == 0:
+        return
+    a.ravel()[(idx[:, :, None] + offsets).reshape(len(idx), -1)] |= bits if np.isscalar(bits) else bits[:, None]
+
+
+def _pf_choose(weights, rng):
+    cum = np.cumsum(weights, 1)
+    r = rng.random(len(weights), dtype=np.float32) * cum[:, -1]
+    return np.minimum((cum <= r[:, None]).sum(1), weights.shape[1] - 1), cum[:, -1] > 0
+
+
+def _pf_extend(near, own, base, knot, direction, bit, rng, lookahead, check=None):
+    """One more dash for every image: (whether one was free, its direction, its pixels)."""
+    cand = (direction[:, None] + PF_TURNS) % PF_DIRS                      # (B, K)
+    pix = _pf_pixels(knot[:, None], _PF_DASH_OFF[cand])                   # (B, K, 5, 2)
+    good = _pf_free(near, own, base, pix, bit)
+    if check is not None:
+        good &= check(pix)
+    w = np.where(good, PF_TURN_W, np.float32(0))
+    if lookahead:                                                         # prefer turns with room after
+        nxt = knot[:, None] + _PF_STEP_OFF[cand]
+        probe = _pf_pixels(nxt[:, :, None], _PF_PROBE_OFF[(cand[..., None] + PF_AHEAD) % PF_DIRS])
+        room = _pf_free(near, own, base, probe, bit).any(-1)
+        w2 = w * room
+        w = np.where((w2 > 0).any(1, keepdims=True), w2, w)
+    k, ok = _pf_choose(w, rng)
+    r = np.arange(len(k))
+    return ok, cand[r, k], pix[r, k]
+
+
+def pathfinder_draw(labels, rng):
+    """Try to draw one image per label. Returns (kept, lines, markers): the indices of the labels whose image
+    could be drawn, and for them the clean canvas drawings (n, 64, 64) bool of the paths and the markers."""
+    B = len(labels)
+    kept = np.arange(B)
+    near = np.zeros((B, PF_N, PF_N), np.uint8)     # bit of path s: within PF_SEP of path s
+    own = np.zeros_like(near)                      # bit of path s: near its dashes but the newest
+    ink = np.zeros_like(near)                      # 1 line, 2 marker, 4 distractor in progress
+    base = np.arange(B) * PF_N * PF_N
+    start = (PF_W / 2 + rng.uniform(-6, 6, (B, 2))).astype(np.float32)
+    knot = np.stack([start, start + PF_SEED_DISTANCE * _pf_u[rng.integers(0, PF_DIRS, B)]], 1)  # (B, 2, 2)
+    direction = rng.integers(0, PF_DIRS, (B, 2))
+    first = rng.integers(0, 2, B)                  # the path whose start is marked
+    last = np.where(np.asarray(labels) == 1, first, 1 - first)   # the path whose end is marked
+    bits = np.array([1, 2], np.uint8)
+    r = np.arange(B)
+    tip = _pf_index(base, np.floor(knot[r, first] + _PF_DASH_OFF[direction[r, first], 0]).astype(np.int64)[:, None])
+    _pf_stamp(near, tip, PF_DISC_BOX_FLAT, bits[first])
+    ink.ravel()[tip + PF_DISC_FLAT] |= 2
+    prev = [None, None]
+    alive = np.ones(B, bool)
+    for step in range(PF_CONTOUR):
+        for s in (0, 1):
+            bit = bits[s]
+            if step == 0:
+                pix = _pf_pixels(knot[:, s], _PF_DASH_OFF[direction[:, s]])
+                ok, d = _pf_free(near, own, base, pix, bit), direction[:, s]
+            else:
+                check = None
+                if step == PF_CONTOUR - 1:                      # the end marker must fit too
+                    def check(pix, s=s, bit=bit):
+                        end = _pf_index(base, pix[:, :, -1])
+                        clear = ((near.ravel()[end[..., None] + PF_DISC_FLAT] & ~bit) == 0).all(-1)
+                        return clear | (last != s)[:, None]
+                ok, d, pix = _pf_extend(near, own, base, knot[:, s], direction[:, s], bit, rng, True, check)
+            alive &= ok
+            idx = _pf_index(base, pix)
+            _pf_stamp(near, idx, PF_BOX_FLAT, bit)
+            if prev[s] is not None:
+                _pf_stamp(own, prev[s], PF_NEAR_FLAT, bit)
+            prev[s] = idx
+            ink.ravel()[idx] |= 1
+            if step == PF_CONTOUR - 1:                          # the end marker, before the other path ends
+                end = idx[last == s, -1:]
+                _pf_stamp(near, end, PF_DISC_BOX_FLAT, bit)
+                ink.ravel()[end + PF_DISC_FLAT] |= 2
+            knot[:, s] += _PF_STEP_OFF[d]
+            direction[:, s] = d
+        if step % 3 == 2 or step == PF_CONTOUR - 1:             # drop the stuck ones now and then
+            near, own, ink, kept, knot, direction, last = (a[alive] for a in (near, own, ink, kept, knot, direction, last))
+            new_base = np.arange(alive.sum()) * PF_N * PF_N
+            prev = [p[alive] - base[alive, None] + new_base[:, None] for p in prev]
+            base, alive = new_base, np.ones(len(kept), bool)
+    B = len(kept)
+    for j in range(PF_DISTRACTORS):
+        bit = np.uint8(4 << j)
+        seeds = rng.uniform(PF_BORDER, PF_W - 1 - PF_BORDER, (B, 16, 2)).astype(np.float32)
+        dirs = rng.integers(0, PF_DIRS, (B, 16))
+        pix = _pf_pixels(seeds, _PF_DASH_OFF[dirs])
+        ok = _pf_free(near, own, base, pix, bit)
+        k, good = ok.argmax(1), ok.any(1)                      # the first free one of 16 tries
+        r = np.arange(B)
+        kn, d, pix = seeds[r, k], dirs[r, k], pix[r, k]
+        prev_d = None
+        for step in range(PF_DISTRACTOR_LEN):
+            if step:
+                ok, d, pix = _pf_extend(near, own, base, kn, d, bit, rng, False)
+                good &= ok
+            idx = _pf_index(base, pix)
+            _pf_stamp(near, idx, PF_BOX_FLAT, bit)
+            if prev_d is not None:
+                _pf_stamp(own, prev_d, PF_NEAR_FLAT, bit)
+            prev_d = idx
+            ink.ravel()[idx] |= 4
+            kn = kn + _PF_STEP_OFF[d]
+        near[~good] &= ~bit                                     # a stuck distractor is erased
+        own[~good] &= ~bit
+        ink[~good] &= ~np.uint8(4)
+        ink |= (ink & 4) >> 2
+        ink &= ~np.uint8(4)
+    ink = ink[:, PF_PAD:PF_PAD + PF_W, PF_PAD:PF_PAD + PF_W]
+    return kept, (ink & 1).astype(bool), (ink & 2).astype(bool)
+
+
+def pathfinder_render(lines, markers):
+    """Clean canvas drawings -> anti-aliased 32x32 uint8 images: each pixel averages its 2x2 canvas block."""
+    pool = lambda m: m.reshape(len(m), PF_W // 2, 2, PF_W // 2, 2).mean((2, 4))  # noqa: E731
+    image = np.maximum(np.clip(1.5 * pool(lines), 0, 1), pool(markers))
+    return np.round(image * 255).astype(np.uint8)
+
+
+def generate_pathfinder(n, seed, clean=False):
+    """n images (n, 32, 32) uint8 and their labels, exactly half 1; with clean=True also the clean canvas
+    drawings (n, 64, 64) bool (paths and markers). The same for a seed (an int or a sequence of ints)."""
+    rng = np.random.default_rng(seed)
+    labels = rng.permutation(np.arange(n) % 2).astype(np.uint8)
+    images = np.zeros((n, PF_W // 2, PF_W // 2), np.uint8)
+    drawings = np.zeros((n, PF_W, PF_W), bool) if clean else None
+    todo = np.arange(n)
+    while len(todo):
+        chunk = todo[:1024]
+        tries = np.tile(labels[chunk], 3)[:int(2.3 * len(chunk)) + 16]   # about half the tries succeed
+        kept, lines, markers = pathfinder_draw(tries, rng)
+        filled = []
+        for label in (0, 1):
+            slots = chunk[labels[chunk] == label]
+            got = np.nonzero(tries[kept] == label)[0][:len(slots)]
+            slots = slots[:len(got)]
+            images[slots] = pathfinder_render(lines[got], markers[got])
+            if clean:
+                drawings[slots] = lines[got] | markers[got]
+            filled.append(slots)
+        todo = np.setdiff1d(todo, np.concatenate(filled))
+    return (images, labels, drawings) if clean else (images, labels)
+
+
+# Generated: LRA's 160,000 training images; val and test 2,000 each, as ListOps', so that evaluating on a CPU
+# takes seconds (LRA's release folder gives its own 80/10/10 split of 200,000). Shards of 4,000 (sizes are
+# multiples of it), each its own seed, made when first needed and in parallel: --n_train 16000 makes 4.
+PATHFINDER_SIZES = {"train": 160_000, "val": 2_000, "test": 2_000}
+PATHFINDER_SHARD = 4_000
+MAX_WORKERS = 8                            # processes that generate shards at once (at most one per core)
+PATHFINDER_LAYOUT = ("DIR with LRA's Pathfinder release (lra_release.gz): DIR/pathfinder32/curv_contour_length_14/"
+                     "metadata/*.npy and imgs/<k>/sample_<n>.png (DIR may also be pathfinder32/ or "
+                     "curv_contour_length_14/ itself, or hold lra_release/)")
+
+
+def pathfinder_shard(job):
+    """One shard of a generated split (a worker of the pool): seed = (0, split number, shard number)."""
+    split, k, size = job
+    images, labels = generate_pathfinder(size, seed=[0, ("train", "val", "test").index(split), k])
+    return images.reshape(size, -1), labels
+
+
+def pathfinder_generated(folder, split, count):
+    """The first `count` shards of a generated split, generated (in parallel) and cached if missing."""
+    paths = [os.path.join(folder, f"{split}_{k:03d}.npz") for k in range(count)]
+    size = min(PATHFINDER_SHARD, PATHFINDER_SIZES[split])
+    jobs = [(split, k, size) for k in range(count) if not os.path.isfile(paths[k])]
+    if jobs:
+        os.makedirs(folder, exist_ok=True)
+        n = len(jobs) * size
+        workers = min(os.cpu_count() or 1, MAX_WORKERS, len(jobs))
+        print(f"generating Pathfinder ({split}: {n:,} images, Linsley/LRA settings) into {folder}, about "
+              f"{max(1, round(n / 1000 / workers))} s ...", flush=True)
+        with contextlib.ExitStack() as stack:
+            if workers > 1:
+                pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(workers))
+                results = pool.imap(pathfinder_shard, jobs)
+            else:
+                results = map(pathfinder_shard, jobs)
+            for (_, k, _), (images, labels) in zip(jobs, results):
+                tmp = f"{paths[k]}.tmp{os.getpid()}"
+                with open(tmp, "wb") as f:
+                    np.savez(f, images=images, labels=labels)
+                os.replace(tmp, paths[k])
+    shards = [np.load(p) for p in paths]
+    return np.concatenate([s["images"] for s in shards]), np.concatenate([s["labels"] for s in shards])
+
+
+def read_pathfinder_metadata(path):
+    """The rows of one metadata file of the release: text lines "imgs/<k> sample_<n>.png <n> <label> ..."
+    (saved as .npy by some versions of the generator: then a 2-D array of strings)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if raw.startswith(b"\x93NUMPY"):
+        with open(path, "rb") as f:
+            return [[str(v) for v in row] for row in np.load(f, allow_pickle=False)]
+    return [line.split() for line in raw.decode("utf-8").splitlines() if line.strip()]
+
+
+def read_pathfinder_release(folder, out):
+    """LRA's pathfinder32/<difficulty>/ folder -> cached splits 80/10/10 (a fixed shuffle, as S4 does)."""
+    from PIL import Image
+    metas = sorted(glob.glob(os.path.join(folder, "metadata", "*.npy")),
+                   key=lambda p: (len(os.path.basename(p)), os.path.basename(p)))
+    rows = []
+    for meta in metas:
+        for i, fields in enumerate(read_pathfinder_metadata(meta), 1):
+            try:
+                rows.append((os.path.join(folder, fields[0], fields[1]), int(float(fields[3]))))
+            except (IndexError, ValueError):
+                raise DataError(f"{meta}, row {i}: expected 'imgs/<k> sample_<n>.png <n> <label> ...'") from None
+    images = np.zeros((len(rows), 1024), np.uint8)
+    labels = np.zeros(len(rows), np.uint8)
+    n = 0
+    for path, label in rows:
+        try:
+            with Image.open(path) as im:
+                pixels = np.asarray(im.convert("L"))
+        except (OSError, ValueError):                        # S4 skips curv_baseline/imgs/0/sample_172.png: empty
+            continue
+        if pixels.shape != (32, 32) or label not in (0, 1):
+            raise DataError(f"{path}: expected a 32x32 image with label 0 or 1, found {pixels.shape}, {label}")
+        images[n], labels[n] = pixels.reshape(-1), label
+        n += 1
+    if n == 0:
+        raise DataError(f"pathfinder: no readable images listed in {os.path.join(folder, 'metadata')}")
+    if n < len(rows):
+        print(f"pathfinder: skipped {len(rows) - n} unreadable images", flush=True)
+    order = np.random.default_rng(0).permutation(n)
+    cut = [0, int(0.8 * n), int(0.9 * n), n]
+    for split, lo, hi in zip(("train", "val", "test"), cut, cut[1:]):
+        idx = np.sort(order[lo:hi])
+        save_arrays(out, split, tokens=images[idx], labels=labels[idx], lengths=np.full(len(idx), 1024, np.int32))
+
+
+@task("pathfinder")
+def pathfinder(cache_dir="data", data_dir=None, block_size=1024, **_):
+    if data_dir is not None:
+        hard = "curv_contour_length_14"
+        folder = locate("pathfinder", data_dir, "metadata",
+                        [hard, f"pathfinder32/{hard}", f"lra_release/pathfinder32/{hard}",
+                         f"lra_release/lra_release/pathfinder32/{hard}"], f"use {PATHFINDER_LAYOUT}")
+        key = source_key(glob.glob(os.path.join(folder, "metadata", "*.npy")))
+        out = cached_dir(os.path.join(cache_dir, "pathfinder", key), lambda tmp: read_pathfinder_release(folder, tmp),
+                         f"pathfinder: reading LRA's release in {folder}")
+        return cls_task("pathfinder", "cls", out, 257, block_size, 2, 1, {s: s for s in ("train", "val", "test")})
+    folder = os.path.join(cache_dir, "pathfinder", "generated")
+
+    def shards(split):
+        def make(k):
+            images, labels = pathfinder_generated(folder, split, k)
+            return images[:, :block_size], labels
+        return ShardedSplit(-(-PATHFINDER_SIZES[split] // PATHFINDER_SHARD), min(PATHFINDER_SHARD, PATHFINDER_SIZES[split]),
+                            make, offset=1)
+
+    loaders = {"train": lambda: shards("train"), "val": lambda: shards("val").full(),
+               "test": lambda: shards("test").full()}
+    return Task("pathfinder", "cls", 257, block_size, 2, loaders)
+
+
+# ----------------------------------------------------------------------------------------------
+# Image: CIFAR-10 in grayscale (LRA): 1,024 pixel tokens (+ 1, vocabulary 257), 10 classes; train = the
+# first 90% of CIFAR's training set (45,000), val = the last 10% (5,000), test = its test set (10,000).
+
+CIFAR_LAYOUT = ("DIR with CIFAR-10's python release (cifar-10-python.tar.gz unpacked): DIR/cifar-10-batches-py/"
+                "data_batch_1 ... data_batch_5 and test_batch (DIR may also be cifar-10-batches-py/ itself)")
+
+
+def rgb_to_gray(rgb):
+    """(..., 3) uint8 -> (...) uint8 exactly as LRA's tf.image.rgb_to_grayscale on uint8 images: the weights
+    0.2989, 0.5870, 0.1140 on [0, 1] floats, then back to uint8 by tf's convert_image_dtype (x 255.5, truncated)."""
+    gray = (np.asarray(rgb, np.float32) / 255) @ np.array([0.2989, 0.5870, 0.1140], np.float32)
+    return np.clip(gray * 255.5, 0, 255).astype(np.uint8)
+
+
+def read_cifar_batch(path):
+    try:
+        with open(path, "rb") as f:
+            d = pickle.load(f, encoding="bytes")
+        rgb = np.asarray(d[b"data"], np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+        return rgb, np.asarray(d[b"labels"], np.int64)
+    except (OSError, KeyError, ValueError, pickle.UnpicklingError, EOFError) as e:
+        raise DataError(f"{path}: not a CIFAR-10 python batch ({one_line(e, 100)})") from None
+
+
+def save_images(out, rgb_by_split):
+    """{"train": (rgb, labels), "test": ...} -> cached gray splits train (90%) / val (10%) / test."""
+    rgb, labels = rgb_by_split["train"]
+    gray = rgb_to_gray(rgb).reshape(len(rgb), -1)
+    cut = int(0.9 * len(gray))
+    trgb, tlabels = rgb_by_split["test"]
+    for split, x, y in (("train", gray[:cut], labels[:cut]), ("val", gray[cut:], labels[cut:]),
+                        ("test", rgb_to_gray(trgb).reshape(len(trgb), -1), tlabels)):
+        if ((y < 0) | (y > 9)).any():
+            raise DataError("image: CIFAR-10 labels must be 0-9")
+        save_arrays(out, split, tokens=x, labels=np.asarray(y, np.uint8), lengths=np.full(len(x), x.shape[1], np.int32))
+
+
+@task("image")
+def image(cache_dir="data", data_dir=None, block_size=1024, **_):
+    if data_dir is not None:
+        folder = locate("image", data_dir, "data_batch_1", ["cifar-10-batches-py"], f"use {CIFAR_LAYOUT}")
+        files = [os.path.join(folder, f"data_batch_{i}") for i in range(1, 6)] + [os.path.join(folder, "test_batch")]
+        for f in files:
+            if not os.path.isfile(f):
+                raise DataError(f"image: no {os.path.basename(f)} in {folder}; use {CIFAR_LAYOUT}")
+
+        def build(out):
+            parts = [read_cifar_batch(f) for f in files[:5]]
+            save_images(out, {"train": (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])),
+                              "test": read_cifar_batch(files[5])})
+        key, what = source_key(files), f"image: reading CIFAR-10 from {folder}"
+    else:
+        def build(out):
+            dd = load_hf("image", CIFAR_LAYOUT, "uoft-cs/cifar10")
+            splits = {}
+            for split in ("train", "test"):
+                imgs, labels = [], []
+                for batch_imgs, batch_labels in hf_rows(hf_split(dd, [split], "image"), ["img", "label"]):
+                    imgs += [np.asarray(im.convert("RGB") if hasattr(im, "convert") else im, np.uint8) for im in batch_imgs]
+                    labels += batch_labels
+                splits[split] = (np.stack(imgs), np.asarray(labels, np.int64))
+            save_images(out, splits)
+        key, what = "hf", "image: CIFAR-10 (Hugging Face) in grayscale"
+    folder = cached_dir(os.path.join(cache_dir, "image", key), build, what)
+    return cls_task("image", "cls", folder, 257, block_size, 10, 1, {s: s for s in ("train", "val", "test")})
+
+
+# ----------------------------------------------------------------------------------------------
+# IMDb reviews (Maas et al. 2011): 25,000 train, 25,000 test, label 1 = positive. Two tasks read them:
+#   text: LRA's byte-level task, the first 4,000 bytes of UTF-8, bytes + 1 (vocabulary 257).
+#   imdb: short-text classification with BPE (--tokenizer, gpt2 by default), the first 512 tokens, id + 1.
+# Neither release has a validation split: val is the test split, as in LRA (train.py only reports it).
+
+IMDB_LAYOUT = ("DIR with the Large Movie Review Dataset (aclImdb_v1.tar.gz unpacked): DIR/aclImdb/{train,test}/"
+               "{pos,neg}/<id>_<rating>.txt (DIR may also be aclImdb/ itself)")
+
+
+def read_aclimdb(folder, split):
+    texts, labels = [], []
+    for label, sub in ((0, "neg"), (1, "pos")):
+        files = glob.glob(os.path.join(folder, split, sub, "*.txt"))
+        key = lambda p: (int(os.path.basename(p).split("_")[0]) if os.path.basename(p).split("_")[0].isdigit()  # noqa: E731
+                         else math.inf, os.path.basename(p))
+        for path in sorted(files, key=key):
+            with open(path, encoding="utf-8", errors="replace") as f:
+                texts.append(f.read())
+            labels.append(label)
+    if not texts:
+        raise DataError(f"no reviews in {os.path.join(folder, split)}/pos or /neg; use {IMDB_LAYOUT}")
+    return texts, labels
+
+
+def hf_columns(ds, columns):
+    out = [[] for _ in columns]
+    for batch in hf_rows(ds, columns):
+        for o, b in zip(out, batch):
+            o += b
+    return out
+
+
+def imdb_source(task_name, data_dir):
+    """(cache key, function returning {"train": (texts, labels), "test": (texts, labels)})."""
+    if data_dir is None:
+        def read():
+            dd = load_hf(task_name, IMDB_LAYOUT, "stanfordnlp/imdb")
+            return {s: hf_columns(hf_split(dd, [s], task_name), ["text", "label"]) for s in ("train", "test")}
+        return "hf", read
+    folder = locate(task_name, data_dir, os.path.join("train", "neg"), ["aclImdb"], f"use {IMDB_LAYOUT}")
+    dirs = [os.path.join(folder, s, c) for s in ("train", "test") for c in ("neg", "pos")]
+    for d in dirs:
+        if not os.path.isdir(d):
+            raise DataError(f"{task_name}: no folder {d}; use {IMDB_LAYOUT}")
+    return source_key(dirs), lambda: {s: read_aclimdb(folder, s) for s in ("train", "test")}
+
+
+@task("text")
+def text(cache_dir="data", data_dir=None, block_size=4000, **_):
+    key, read = imdb_source("text", data_dir)
+    length = max(block_size, 4000)
+
+    def build(out):
+        for split, (texts, labels) in read().items():
+            tokens, lengths = byte_rows(texts, length)
+            save_arrays(out, split, tokens=tokens, labels=np.asarray(labels, np.uint8), lengths=lengths)
+
+    folder = cached_dir(os.path.join(cache_dir, "text", f"{key}-L{length}"), build, "text: IMDb as bytes")
+    return cls_task("text", "cls", folder, 257, block_size, 2, 1, {"train": "train", "val": "test", "test": "test"})
+
+
+def bpe_cls_task(name, cache_dir, key, read, tokenizer, block_size, default_length, n_classes, splits):
+    """A BPE classification task: read() -> {split: (texts, labels)}, tokenised once into the cache."""
+    length = max(block_size, default_length)
+    folder = os.path.join(cache_dir, name, f"{key}-{tokenizer}-L{length}")
+    if not os.path.isdir(folder):
+        def build(out):
+            splits = read()                                  # the data first: offline, its error is the useful one
+            enc = get_tokenizer(tokenizer, name)
+            print(f"{name}: tokenising {sum(len(t) for t, _ in splits.values()):,} texts with {tokenizer} ...",
+                  flush=True)
+            for split, (texts, labels) in splits.items():
+                tokens = bpe_rows(enc, texts, length)
+                save_arrays(out, split, tokens=tokens, labels=np.asarray(labels, np.uint8),
+                            lengths=(tokens != 0).sum(-1).astype(np.int32))
+            save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab + 1})
+
+        cached_dir(folder, build, f"{name}: tokenised with {tokenizer}")
+    vocab_size = load_json(os.path.join(folder, "meta.json"))["vocab_size"]
+    return cls_task(name, "cls", folder, vocab_size, block_size, n_classes, 0, splits)
+
+
+@task("imdb")
+def imdb(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **_):
+    key, read = imdb_source("imdb", data_dir)
+    return bpe_cls_task("imdb", cache_dir, key, read, tokenizer, block_size, 512, 2,
+                        {"train": "train", "val": "test", "test": "test"})
+
+
+# ----------------------------------------------------------------------------------------------
+# AG News (Zhang et al. 2015): 120,000 train, 7,600 test news, 4 classes (World, Sports, Business,
+# Sci/Tech). The text is title + " " + description, as Hugging Face's ag_news; BPE, first 512 tokens.
+# A folder with test.csv only (e.g. ../shared/data/ag_news) trains on its first 6,000 rows (or 80%,
+# if it has fewer than 7,500) and tests on the rest; val is the test split.
+
+AGNEWS_LAYOUT = ('DIR with the AG News CSV release (ag_news_csv.tgz unpacked): DIR/train.csv and DIR/test.csv, '
+                 'rows "class","title","description" with class 1-4 (DIR may also hold ag_news_csv/)')
+AGNEWS_TEST_ONLY_TRAIN = 6_000
+
+
+def read_agnews_csv(path):
+    texts, labels = [], []
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != 3 or row[0].strip() not in ("1", "2", "3", "4"):
+                raise DataError(f'{path}, line {reader.line_num}: expected "class","title","description" with '
+                                f"class 1-4, found {one_line(row, 80)}")
+            texts.append(row[1] + " " + row[2])
+            labels.append(int(row[0]) - 1)
+    if not texts:
+        raise DataError(f"{path} holds no rows")
+    return texts, labels
+
+
+@task("agnews")
+def agnews(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **_):
+    if data_dir is None:
+        def read():
+            dd = load_hf("agnews", AGNEWS_LAYOUT, "fancyzhx/ag_news")
+            return {s: hf_columns(hf_split(dd, [s], "agnews"), ["text", "label"]) for s in ("train", "test")}
+        key = "hf"
+    else:
+        folder = locate("agnews", data_dir, "test.csv", ["ag_news_csv"], f"use {AGNEWS_LAYOUT}")
+        train_csv, test_csv = os.path.join(folder, "train.csv"), os.path.join(folder, "test.csv")
+        if os.path.isfile(train_csv):
+            key = source_key([train_csv, test_csv])
+
+            def read():
+                return {"train": read_agnews_csv(train_csv), "test": read_agnews_csv(test_csv)}
+        else:
+            key = source_key([test_csv]) + "-testonly"
+
+            def read():
+                texts, labels = read_agnews_csv(test_csv)
+                n = min(AGNEWS_TEST_ONLY_TRAIN, int(0.8 * len(texts)))
+                print(f"agnews: {folder} has no train.csv: training on the first {n:,} rows of test.csv, "
+                      f"testing on the other {len(texts) - n:,}", flush=True)
+                return {"train": (texts[:n], labels[:n]), "test": (texts[n:], labels[n:])}
+    return bpe_cls_task("agnews", cache_dir, key, read, tokenizer, block_size, 512, 4,
+                        {"train": "train", "val": "test", "test": "test"})
+
+
+# ----------------------------------------------------------------------------------------------
+# Retrieval: LRA's AAN task (Radev et al. 2013): do two papers cite one another? Pairs of documents,
+# byte-level (the first 4,000 bytes of each, + 1), one shared encoder on both (the "match" head).
+# LRA's files new_aan_pairs.{train,eval,test}.tsv: no header, tab-separated label, id1, id2, text1, text2.
+# 147,086 / 18,090 / 17,437 pairs: stored as uint8 memmaps (1.2 GB for train), never loaded whole.
+
+AAN_LAYOUT = ("DIR with LRA's AAN pairs (lra_release.gz): DIR/new_aan_pairs.train.tsv, new_aan_pairs.eval.tsv, "
+              "new_aan_pairs.test.tsv, tab-separated label, id1, id2, text1, text2 (DIR may also hold tsv_data/ "
+              "or lra_release/)")
+
+
+def read_aan(path, out, split, length):
+    with open(path, "rb") as f:
+        n = sum(1 for line in f if line.strip())
+    if n == 0:
+        raise DataError(f"{path} holds no pairs")
+    tokens = np.lib.format.open_memmap(os.path.join(out, f"{split}.tokens.npy"), mode="w+", dtype=np.uint8,
+                                       shape=(n, 2, length))
+    lengths = np.zeros((n, 2), np.int32)
+    labels = np.zeros(n, np.uint8)
+    i = 0
+    with open(path, "rb") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            fields = line.rstrip(b"\r\n").split(b"\t")
+            try:
+                if len(fields) != 5:
+                    raise ValueError(f"expected 5 tab-separated fields, found {len(fields)}")
+                label = float(fields[0])
+                if label not in (0.0, 1.0):
+                    raise ValueError(f"label {fields[0].decode(errors='replace')} is not 0 or 1")
+            except ValueError as e:
+                raise DataError(f"{path}, line {lineno}: malformed AAN row ({e})") from None
+            labels[i] = int(label)
+            for j, doc in enumerate(fields[3:]):
+                doc = doc[:length]
+                tokens[i, j, :len(doc)] = np.frombuffer(doc, dtype=np.uint8)
+                lengths[i, j] = len(doc)
+            i += 1
+    tokens.flush()
+    del tokens
+    np.save(os.path.join(out, f"{split}.labels.npy"), labels)
+    np.save(os.path.join(out, f"{split}.lengths.npy"), lengths)
+
+
+@task("retrieval")
+def retrieval(cache_dir="data", data_dir=None, block_size=4000, **_):
+    if data_dir is None:
+        raise DataError("retrieval: the AAN pairs come only with LRA's release (https://storage.googleapis.com/"
+                        f"long-range-arena/lra_release.gz, 7.7 GB, unpack it); pass --data_dir {AAN_LAYOUT}")
+    sub = ["tsv_data", "lra_release/tsv_data", "lra_release/lra_release/tsv_data"]
+    folder = locate("retrieval", data_dir, "new_aan_pairs.train.tsv", sub, f"use {AAN_LAYOUT}")
+    files = {s: os.path.join(folder, f"new_aan_pairs.{f}.tsv") for s, f in (("train", "train"), ("val", "eval"),
+                                                                              ("test", "test"))}
+    files = {s: p for s, p in files.items() if os.path.isfile(p)}
+    length = max(block_size, 4000)
+
+    def build(out):
+        for split, path in files.items():
+            read_aan(path, out, split, length)
+
+    out = cached_dir(os.path.join(cache_dir, "retrieval", f"{source_key(files.values())}-L{length}"), build,
+                     f"retrieval: reading the AAN pairs in {folder}")
+    return cls_task("retrieval", "match", out, 257, block_size, 2, 1, {s: s for s in files})
+
+
+# ----------------------------------------------------------------------------------------------
+# Language modelling with BPE, as nanoGPT: every split tokenised once into a .bin file of token ids
+# (uint16 for gpt2) that is memory-mapped, never loaded. wikitext103 and openwebtext are GPT-2's usual
+# data; textfile takes any text for a quick experiment (first 90% train, last 10% val, as nanoGPT).
+
+WIKITEXT_LAYOUT = ("DIR with WikiText-103 (wikitext-103-v1.zip or wikitext-103-raw-v1.zip unpacked): "
+                   "DIR/wiki.train.tokens, wiki.valid.tokens, wiki.test.tokens (or wiki.*.raw; DIR may also hold "
+                   "wikitext-103/ or wikitext-103-raw/)")
+OWT_LAYOUT = ("DIR with nanoGPT's data/openwebtext/train.bin and val.bin (gpt2 ids, uint16; DIR may also hold "
+              "openwebtext/)")
+
+
+def safe_cut(before, line):
+    """Whether tokenising the text that ends in `before` (its last two characters, a newline last) and the
+    text that starts with `line` separately gives the same tokens as tokenising them at once (gpt2, r50k,
+    p50k, cl100k and o200k patterns): when `line` starts with one space and then a non-space, or with a
+    non-space after a newline that follows a non-space. (Before a non-space, a run of blanks such as " \n\n"
+    splits differently in mid-text than at the end of a text.)"""
+    if not before.endswith("\n") or not line or line[0] in "\r\n":
+        return False
+    if line[0] == " ":
+        return len(line) > 1 and not line[1].isspace()
+    return not line[0].isspace() and (len(before) < 2 or not before[-2].isspace())
+
+
+def text_chunks(lines, size=1 << 20):
+    """Join lines (each ending in a newline but the last) into pieces of about `size` characters, cut only
+    where the tokens cannot change (safe_cut): tokenising the pieces one by one equals tokenising the whole."""
+    buf, n, tail = [], 0, ""
+    for line in lines:
+        if n >= size and safe_cut(tail, line):
+            yield "".join(buf)
+            buf, n = [], 0
+        buf.append(line)
+        n += len(line)
+        tail = (tail + line)[-2:]
+    if buf:
+        yield "".join(buf)
+
+
+def write_bin(path, pieces, enc, eot=False, batch=64):
+    """Tokenise text pieces (an iterable of str) with enc and write the ids to path (nanoGPT's .bin: raw
+    ids, uint16 when they fit), a batch of pieces at a time; eot=True ends every piece with <|endoftext|>."""
+    dtype = id_dtype(enc.n_vocab)
+    n = 0
+    with open(path, "wb") as f:
+        group = []
+        for piece in pieces:
+            group.append(piece)
+            if len(group) == batch:
+                n += _write_ids(f, encode_batch(enc, group), dtype, enc.eot_token if eot else None)
+                group = []
+        if group:
+            n += _write_ids(f, encode_batch(enc, group), dtype, enc.eot_token if eot else None)
+    return n
+
+
+def _write_ids(f, rows, dtype, eot):
+    ids = np.concatenate([np.asarray(r + ([eot] if eot is not None else []), dtype=dtype) for r in rows])
+    ids.tofile(f)
+    return len(ids)
+
+
+def load_bin(path, dtype):
+    return np.memmap(path, dtype=dtype, mode="r")
+
+
+def lm_bin_task(name, folder, block_size, splits):
+    meta = load_json(os.path.join(folder, "meta.json"))
+    dtype = np.dtype(meta["dtype"])
+    loaders = {s: (lambda p=os.path.join(folder, f"{s}.bin"): LMSplit(load_bin(p, dtype), block_size)) for s in splits}
+    return Task(name, "lm", meta["vocab_size"], block_size, 0, loaders)
+
+
+@task("wikitext103")
+def wikitext103(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **_):
+    names = (("train", "train"), ("val", "valid"), ("test", "test"))
+    if data_dir is not None:
+        sub = ["wikitext-103", "wikitext-103-raw"]
+        try:
+            folder = locate("wikitext103", data_dir, "wiki.train.tokens", sub, f"use {WIKITEXT_LAYOUT}")
+            ext = "tokens"
+        except DataError:
+            folder = locate("wikitext103", data_dir, "wiki.train.raw", sub, f"use {WIKITEXT_LAYOUT}")
+            ext = "raw"
+        files = {s: os.path.join(folder, f"wiki.{f}.{ext}") for s, f in names}
+        for p in files.values():
+            if not os.path.isfile(p):
+                raise DataError(f"wikitext103: no {os.path.basename(p)} in {folder}; use {WIKITEXT_LAYOUT}")
+        key = source_key(files.values())
+
+        def lines(split):
+            with open(files[split], encoding="utf-8") as f:
+                yield from f
+    else:
+        key, dd = "hf", []
+
+        def lines(split):
+            if not dd:
+                dd.append(load_hf("wikitext103", WIKITEXT_LAYOUT, "Salesforce/wikitext", "wikitext-103-raw-v1"))
+            for batch, in hf_rows(hf_split(dd[0], ["validation" if split == "val" else split], "wikitext103"), ["text"]):
+                yield from batch
+    folder = os.path.join(cache_dir, "wikitext103", f"{key}-{tokenizer}")
+    if not os.path.isdir(folder):
+        def build(out):
+            chunks = {split: text_chunks(lines(split)) for split, _ in names}
+            first = next(chunks["train"], None)              # the data first: offline, its error is the useful one
+            enc = get_tokenizer(tokenizer, "wikitext103")
+            print(f"wikitext103: tokenising with {tokenizer} ...", flush=True)
+            for split, _ in names:
+                pieces = chunks[split]
+                if split == "train" and first is not None:
+                    pieces = itertools.chain([first], pieces)
+                write_bin(os.path.join(out, f"{split}.bin"), pieces, enc)
+            save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab,
+                                                       "dtype": np.dtype(id_dtype(enc.n_vocab)).name})
+
+        cached_dir(folder, build, f"wikitext103: tokenised with {tokenizer}")
+    return lm_bin_task("wikitext103", folder, block_size, ("train", "val", "test"))
+
+
+@task("openwebtext")
+def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt2", **_):
+    if data_dir is not None:                                 # nanoGPT's prepared files, used where they are
+        folder = locate("openwebtext", data_dir, "train.bin", ["openwebtext", "data/openwebtext"], f"use {OWT_LAYOUT}")
+        if not os.path.isfile(os.path.join(folder, "val.bin")):
+            raise DataError(f"openwebtext: no val.bin beside {os.path.join(folder, 'train.bin')}; use {OWT_LAYOUT}")
+        if os.path.isfile(os.path.join(folder, "meta.json")):
+            return lm_bin_task("openwebtext", folder, block_size, ("train", "val"))
+        vocab = 50257 if tokenizer in ("gpt2", "r50k_base") else get_tokenizer(tokenizer, "openwebtext").n_vocab
+        dtype = id_dtype(vocab)
+        for s in ("train", "val"):
+            if os.path.getsize(os.path.join(folder, f"{s}.bin")) % np.dtype(dtype).itemsize:
+                raise DataError(f"openwebtext: {os.path.join(folder, s + '.bin')} is not a file of "
+                                f"{np.dtype(dtype).name} ids; use {OWT_LAYOUT}")
+        loaders = {s: (lambda p=os.path.join(folder, f"{s}.bin"): LMSplit(load_bin(p, dtype), block_size))
+                   for s in ("train", "val")}
+        return Task("openwebtext", "lm", vocab, block_size, 0, loaders)
+    folder = os.path.join(cache_dir, "openwebtext", f"hf-{tokenizer}")
+    if not os.path.isdir(folder):
+        def build(out):
+            dd = load_hf("openwebtext", OWT_LAYOUT, "Skylion007/openwebtext")
+            enc = get_tokenizer(tokenizer, "openwebtext")
+            print(f"openwebtext: tokenising with {tokenizer} (an hour or more, as nanoGPT's prepare.py) ...", flush=True)
+            # nanoGPT's split: 0.05% of the documents for val, seed 2357
+            split = hf_split(dd, ["train"], "openwebtext").train_test_split(test_size=0.0005, seed=2357, shuffle=True)
+            for name, ds in (("train", split["train"]), ("val", split["test"])):
+                docs = (doc for batch, in hf_rows(ds, ["text"]) for doc in batch)
+                write_bin(os.path.join(out, f"{name}.bin"), docs, enc, eot=True, batch=1024)
+            save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab,
+                                                       "dtype": np.dtype(id_dtype(enc.n_vocab)).name})
+
+        cached_dir(folder, build, f"openwebtext: tokenised with {tokenizer}")
+    return lm_bin_task("openwebtext", folder, block_size, ("train", "val"))
+
+
+@task("textfile")
+def textfile(cache_dir="data", data_dir=None, block_size=256, tokenizer="gpt2", **_):
+    """Any text: --data_dir FILE.txt, or a folder whose *.txt files are joined in name order. --tokenizer
+    char numbers the distinct characters from 1 (nanoGPT's shakespeare_char); otherwise BPE ids."""
+    usage = ("pass --data_dir FILE.txt (or a folder of .txt files) and --tokenizer char (characters), byte "
+             "or gpt2 (the default) / another tiktoken encoding")
+    if data_dir is None:
+        raise DataError(f"textfile: no text given; {usage}")
+    if os.path.isfile(data_dir):
+        files = [data_dir]
+    elif os.path.isdir(data_dir):
+        files = sorted(glob.glob(os.path.join(data_dir, "*.txt")))
+    else:
+        files = []
+    if not files:
+        raise DataError(f"textfile: no text file at --data_dir {data_dir}; {usage}")
+    folder = os.path.join(cache_dir, "textfile", f"{source_key(files)}-{tokenizer}")
+    if not os.path.isdir(folder):
+        def build(out):
+            parts = []
+            for p in files:
+                with open(p, encoding="utf-8", errors="replace") as f:
+                    parts.append(f.read())
+            text = "".join(parts)
+            enc = None if tokenizer == "char" else get_tokenizer(tokenizer, "textfile")
+            if enc is None:
+                codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+                chars, ids = np.unique(codes, return_inverse=True)
+                ids, vocab = ids + 1, len(chars) + 1
+                meta = {"tokenizer": "char", "chars": "".join(map(chr, chars))}
+                ids = ids.astype(id_dtype(vocab))
+            else:
+                vocab, meta = enc.n_vocab, {"tokenizer": tokenizer}
+                write_bin(os.path.join(out, "all.bin"), text_chunks(text.splitlines(keepends=True)), enc)
+                ids = np.fromfile(os.path.join(out, "all.bin"), dtype=id_dtype(vocab))
+                os.remove(os.path.join(out, "all.bin"))
+            cut = int(0.9 * len(ids))
+            ids[:cut].tofile(os.path.join(out, "train.bin"))
+            ids[cut:].tofile(os.path.join(out, "val.bin"))
+            save_json(os.path.join(out, "meta.json"), {**meta, "vocab_size": vocab, "dtype": ids.dtype.name})
+
+        cached_dir(folder, build, f"textfile: {len(files)} file(s) tokenised with {tokenizer}")
+    return lm_bin_task("textfile", folder, block_size, ("train", "val"))
+
+
+# the order in which train.py --help lists them: LRA's five, then the short texts, then language modelling
+TASKS = {name: TASKS[name] for name in ("listops", "text", "retrieval", "image", "pathfinder", "imdb", "agnews",
+                                        "ptb", "wikitext103", "openwebtext", "textfile")}

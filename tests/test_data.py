@@ -1,0 +1,638 @@
+"""data.py: every task's loaders on data the tests write (each release's file format, and Hugging Face datasets
+built in memory), Pathfinder's generator against an independent connectivity check, tokenizers, caching, and
+the one-line errors when data is missing or the network is not there."""
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import data
+import train
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEN = ("listops", "pathfinder", "image", "text", "retrieval", "imdb", "agnews", "ptb", "wikitext103", "openwebtext")
+
+
+def batch_of(split, n=None):
+    """Every example of a split, in its stored order, as one batch (x, y)."""
+    return split._batch(np.arange(len(split) if n is None else n))
+
+
+@pytest.fixture
+def hf(monkeypatch):
+    """Replace the Hugging Face download: hf.datasets[path] = DatasetDict; hf.calls records what was asked."""
+    class Fake:
+        datasets, calls = {}, []
+
+    def fake(path, config=None, parquet_dir=None):
+        Fake.calls.append((path, config))
+        return Fake.datasets[path]
+
+    monkeypatch.setattr(data, "hf_dataset", fake)
+    return Fake
+
+
+@pytest.fixture
+def offline(monkeypatch, tmp_path):
+    """No network, whatever this machine has: every probe fails; empty tiktoken and Hugging Face caches."""
+    import datasets.config
+    import huggingface_hub.constants
+    monkeypatch.setattr(data, "reachable", lambda *a, **k: False)
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken"))
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf" / "datasets"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    import tiktoken.registry                                  # forget encodings loaded earlier in this process
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+
+
+def assert_one_line_error(excinfo, *parts):
+    msg = str(excinfo.value)
+    assert "\n" not in msg, msg
+    for part in parts:
+        assert part in msg, (part, msg)
+
+
+# ----------------------------------------------------------------------------------------------
+# Splits, tokenizers, registry
+
+def test_all_tasks_are_known_to_train_py():
+    assert set(TEN) | {"textfile"} == set(data.TASKS)
+    for name in TEN:
+        args, given, _ = train.parse_args(["--task", name])
+        assert args.task == name
+
+
+def test_shifted_split_keeps_zero_bytes_and_pads_with_zero():
+    tokens = np.array([[0, 7, 255, 9], [3, 0, 0, 0]], np.uint8)          # row 0: a real 0 byte first
+    split = data.ClassificationSplit(tokens, [1, 0], lengths=[3, 2], offset=1)
+    x, y = batch_of(split)
+    assert x.tolist() == [[1, 8, 256], [4, 1, 0]] and y.tolist() == [1, 0]   # padded to the longest: 3
+    assert split.tokens_in(x) == 5
+    assert batch_of(split.subset(1))[0].tolist() == [[1, 8, 256]]
+    assert batch_of(split.truncate(2))[0].tolist() == [[1, 8], [4, 1]]
+    pairs = data.ClassificationSplit(np.zeros((1, 2, 4), np.uint8), [1], lengths=[[1, 3]], offset=1)
+    assert batch_of(pairs)[0].tolist() == [[[1, 0, 0], [1, 1, 1]]]
+
+
+def test_byte_tokenizer_round_trip():
+    enc = data.get_tokenizer("byte", "t")
+    text = "Ünïcödé — naïve 東京 🙂\n\n  spaces\t<|endoftext|>"
+    ids = enc.encode_ordinary(text)
+    assert ids == list(text.encode("utf-8")) and enc.decode(ids) == text
+    assert enc.n_vocab == 257 and enc.eot_token == 256
+
+
+def test_unknown_tokenizer(offline):
+    with pytest.raises(data.DataError) as e:
+        data.get_tokenizer("nonsense", "imdb")
+    assert_one_line_error(e, "imdb", "nonsense", "cl100k_base")
+
+
+def test_gpt2_offline_fails_fast_and_points_to_byte(offline, tmp_path):
+    root = write_agnews(tmp_path / "ag", [(1, "t", "d")] * 10, [(2, "t", "d")] * 4)
+    t0 = time.time()
+    with pytest.raises(data.DataError) as e:
+        data.load_task("agnews", cache_dir=tmp_path / "c", data_dir=str(root), tokenizer="gpt2")
+    assert time.time() - t0 < 5
+    assert_one_line_error(e, "agnews", "gpt2", "--tokenizer byte")
+
+
+def test_text_chunks_tokenise_like_the_whole_text():
+    import tiktoken
+    ranks = {bytes([i]): i for i in range(256)}
+    for merged in (b"\n\n", b" \n", b"\n ", b" t", b"he", b" the", b" =", b"  "):
+        ranks[merged] = len(ranks)
+    enc = tiktoken.Encoding(name="merges", pat_str=data.GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={})
+    text = " = Title = \n \n The head , the tail \n\nthe end \n \n  indented\n\tx\n = = Sub = = \n" * 40
+    lines = text.splitlines(keepends=True)
+    pieces = list(data.text_chunks(lines, size=50))
+    assert len(pieces) > 10 and "".join(pieces) == text
+    assert [t for p in pieces for t in enc.encode_ordinary(p)] == enc.encode_ordinary(text)
+    careless, buf = [], ""                                      # cut before every line that starts a word
+    for line in lines:
+        if buf and not line[0].isspace():
+            careless.append(buf)
+            buf = ""
+        buf += line
+    careless.append(buf)
+    assert [t for p in careless for t in enc.encode_ordinary(p)] != enc.encode_ordinary(text)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pathfinder: generated
+
+def bridged_components(on, radius=3):
+    """Connected components of the True pixels of a 2-D mask, two pixels joined when their Chebyshev
+    distance is at most `radius` (so dashes separated by short gaps join). Returns an int label image."""
+    labels = np.zeros(on.shape, int)
+    pts = list(zip(*np.nonzero(on)))
+    current = 0
+    for p in pts:
+        if labels[p]:
+            continue
+        current += 1
+        labels[p] = current
+        stack = [p]
+        while stack:
+            y, x = stack.pop()
+            ys, xs = np.nonzero(on[max(0, y - radius):y + radius + 1, max(0, x - radius):x + radius + 1])
+            for q in zip(ys + max(0, y - radius), xs + max(0, x - radius)):
+                if not labels[q]:
+                    labels[q] = current
+                    stack.append(q)
+    return labels
+
+
+def markers_of(clean):
+    """The marker discs, found from the drawing alone: pixels whose whole 3x3 neighbourhood is drawn (lines
+    are one pixel thin) grouped into discs. Returns a list of (y, x) seeds, one per disc."""
+    H, W = clean.shape
+    core = np.zeros_like(clean)
+    core[1:-1, 1:-1] = np.all([clean[1 + dy:H - 1 + dy, 1 + dx:W - 1 + dx]
+                               for dy in (-1, 0, 1) for dx in (-1, 0, 1)], axis=0)
+    comp = bridged_components(core, radius=1)
+    return [tuple(np.argwhere(comp == c)[0]) for c in range(1, comp.max() + 1)]
+
+
+def test_pathfinder_label_is_the_connectivity_of_the_markers(tmp_path):
+    images, labels, clean = data.generate_pathfinder(120, seed=5, clean=True)
+    assert images.shape == (120, 32, 32) and images.dtype == np.uint8 and clean.shape == (120, 64, 64)
+    assert labels.sum() == 60                                              # exactly balanced
+    connected = []
+    for drawing in clean:
+        marks = markers_of(drawing)
+        assert len(marks) in (1, 2)                                        # 1: the two discs touch
+        comp = bridged_components(drawing)
+        connected.append(len(marks) == 1 or comp[marks[0]] == comp[marks[1]])
+    assert (np.array(connected) == (labels == 1)).all()
+    # the image is the clean drawing averaged 2x2: dark exactly where its block is empty
+    blocks = clean.reshape(120, 32, 2, 32, 2).any((2, 4))
+    assert ((images > 0) == blocks).all() and images.max() == 255
+    # a look at a few (not committed): tmp_path/pathfinder.png
+    from PIL import Image
+    tiles = [np.kron(im, np.ones((4, 4), np.uint8)) for im in images[:8]]
+    Image.fromarray(np.hstack(tiles)).save(tmp_path / "pathfinder.png")
+
+
+def test_pathfinder_stamps_stay_in_their_own_image():
+    pix = np.array([[[-1000, -1000]], [[1000, 1000]], [[-5, 70]]])              # far off the canvas
+    idx = data._pf_index(np.arange(3) * data.PF_N ** 2, pix)[:, 0]
+    reach = np.abs(data._PF_DISC_BOX).max()
+    for i, j in enumerate(idx):
+        y, x = divmod(j - i * data.PF_N ** 2, data.PF_N)
+        assert reach <= y < data.PF_N - reach and reach <= x < data.PF_N - reach
+
+
+def test_pathfinder_is_deterministic_and_varied():
+    a, la = data.generate_pathfinder(40, seed=[0, 0, 3])
+    b, lb = data.generate_pathfinder(40, seed=[0, 0, 3])
+    c, _ = data.generate_pathfinder(40, seed=[0, 0, 4])
+    assert (a == b).all() and (la == lb).all() and not (a == c).all()
+    assert len({im.tobytes() for im in a}) == 40
+
+
+@pytest.fixture
+def small_pathfinder(monkeypatch):
+    monkeypatch.setattr(data, "PATHFINDER_SIZES", {"train": 300, "val": 100, "test": 100})
+    monkeypatch.setattr(data, "PATHFINDER_SHARD", 100)
+    monkeypatch.setattr(data, "MAX_WORKERS", 1)
+
+
+def test_pathfinder_task_makes_only_the_shards_it_needs(small_pathfinder, tmp_path):
+    task = data.load_task("pathfinder", cache_dir=tmp_path, data_dir=None, seed=0)
+    assert (task.kind, task.vocab_size, task.block_size, task.n_classes) == ("cls", 257, 1024, 2)
+    sub = task.split("train").subset(150)                                  # shards 0 and 1 only
+    folder = tmp_path / "pathfinder" / "generated"
+    assert sorted(os.listdir(folder)) == ["train_000.npz", "train_001.npz"] and len(sub) == 150
+    x, y = batch_of(sub)
+    shard = np.load(folder / "train_000.npz")
+    assert x.shape == (150, 1024) and (x[:100].numpy() == shard["images"].astype(np.int64) + 1).all()
+    assert x.min() >= 1 and x.max() <= 256 and set(y.tolist()) == {0, 1}   # pixel + 1: no padding inside
+    assert len(task.split("train")) == 300 and len(task.split("test")) == 100
+    x, y = task.split("val").sample(8, np.random.default_rng(0))
+    assert x.shape == (8, 1024)
+    assert sorted(os.listdir(folder)) == ["test_000.npz", "train_000.npz", "train_001.npz", "val_000.npz"]
+
+
+def test_pathfinder_shards_are_the_same_in_parallel(small_pathfinder, monkeypatch, tmp_path):
+    monkeypatch.setattr(data, "MAX_WORKERS", 2)
+    a = data.pathfinder_generated(str(tmp_path / "a"), "train", 2)         # two processes
+    monkeypatch.setattr(data, "MAX_WORKERS", 1)
+    b = data.pathfinder_generated(str(tmp_path / "b"), "train", 2)
+    assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
+
+
+def test_generated_pathfinder_trains(small_pathfinder, tmp_path):
+    m = train.main(["--task", "pathfinder", "--cache_dir", str(tmp_path), "--n_layer", "1", "--n_embd", "16",
+                    "--n_head", "2", "--batch_size", "50", "--max_iters", "2", "--eval_iters", "1",
+                    "--block_size", "64", "--out_dir", str(tmp_path / "out")])   # the first 2 rows: quick
+    assert m["iters"] == 2 and m["n_test"] == 100 and 0 <= m["test_acc"] <= 1
+    assert m["config"]["block_size"] == 64 and m["config"]["vocab_size"] == 257
+
+
+# ----------------------------------------------------------------------------------------------
+# Pathfinder: LRA's release folder
+
+def write_pathfinder_release(root, n=30):
+    """pathfinder32/curv_contour_length_14/ with metadata in both formats and one empty image. Pixel [0, 0]
+    of image i is i, so a loaded example can be traced back to its file."""
+    from PIL import Image
+    folder = root / "pathfinder32" / "curv_contour_length_14"
+    rows = []
+    for i in range(n):
+        sub = f"imgs/{i // 10}"
+        (folder / sub).mkdir(parents=True, exist_ok=True)
+        pixels = np.random.default_rng(i).integers(0, 256, (32, 32)).astype(np.uint8)
+        pixels[0, 0] = i
+        Image.fromarray(pixels).save(folder / sub / f"sample_{i}.png")
+        rows.append([sub, f"sample_{i}.png", str(i), str(i % 2), "1.0", "14", "4", "2", "0.5", "1", "1"])
+    (folder / "imgs/0/sample_7.png").write_bytes(b"")                    # empty, as S4 found: skipped
+    (folder / "metadata").mkdir()
+    (folder / "metadata" / "0.npy").write_text("".join(" ".join(r) + "\n" for r in rows[:20]))
+    np.save(folder / "metadata" / "1.npy", np.array(rows[20:]))            # a real .npy of strings
+    return folder
+
+
+def test_pathfinder_release(tmp_path):
+    folder = write_pathfinder_release(tmp_path / "lra")
+    sizes = []
+    for given in (tmp_path / "lra", folder.parent, folder):
+        task = data.load_task("pathfinder", cache_dir=tmp_path / "cache", data_dir=str(given))
+        splits = [batch_of(task.split(s)) for s in ("train", "val", "test")]
+        sizes.append([len(y) for _, y in splits])
+    assert sizes == [[23, 3, 3]] * 3                                       # 29 readable, 80/10/10
+    seen = []
+    for x, y in splits:
+        for row, label in zip(x.numpy(), y.tolist()):
+            i = row[0] - 1
+            expected = np.asarray(__import__("PIL.Image").Image.open(folder / f"imgs/{i // 10}/sample_{i}.png"))
+            assert (row == expected.reshape(-1).astype(np.int64) + 1).all() and label == i % 2
+            seen.append(i)
+    assert sorted(seen) == [i for i in range(30) if i != 7]
+    assert len(os.listdir(tmp_path / "cache" / "pathfinder")) == 1         # one cache for the three layouts
+
+
+# ----------------------------------------------------------------------------------------------
+# Image: CIFAR-10
+
+RED, WHITE, BLACK = (255, 0, 0), (255, 255, 255), (0, 0, 0)
+
+
+def cifar_images(n, seed):
+    rgb = np.random.default_rng(seed).integers(0, 256, (n, 32, 32, 3)).astype(np.uint8)
+    rgb[0, 0, 0], rgb[0, 0, 1], rgb[0, 0, 2] = RED, WHITE, BLACK
+    return rgb, [int(v) for v in np.random.default_rng(seed).integers(0, 10, n)]
+
+
+def write_cifar(folder):
+    folder.mkdir(parents=True)
+    for i in range(1, 6):
+        rgb, labels = cifar_images(4, i)
+        with open(folder / f"data_batch_{i}", "wb") as f:
+            pickle.dump({b"data": rgb.transpose(0, 3, 1, 2).reshape(4, -1), b"labels": labels}, f)
+    rgb, labels = cifar_images(3, 9)
+    with open(folder / "test_batch", "wb") as f:
+        pickle.dump({b"data": rgb.transpose(0, 3, 1, 2).reshape(3, -1), b"labels": labels}, f)
+
+
+def test_image_local_and_hugging_face_agree(tmp_path, hf):
+    import datasets
+    from PIL import Image
+    write_cifar(tmp_path / "cifar-10-batches-py")
+    local = data.load_task("image", cache_dir=tmp_path / "c1", data_dir=str(tmp_path))
+    assert (local.kind, local.vocab_size, local.block_size, local.n_classes) == ("cls", 257, 1024, 10)
+    xs = {s: batch_of(local.split(s)) for s in ("train", "val", "test")}
+    assert [len(y) for _, y in xs.values()] == [18, 2, 3]                  # first 90% / last 10% / test
+    train_rgb = np.concatenate([cifar_images(4, i)[0] for i in range(1, 6)])
+    gray = data.rgb_to_gray(train_rgb).reshape(20, -1).astype(np.int64) + 1
+    assert (xs["train"][0].numpy() == gray[:18]).all() and (xs["val"][0].numpy() == gray[18:]).all()
+    assert xs["train"][1].tolist() == sum((cifar_images(4, i)[1] for i in range(1, 6)), [])[:18]
+    assert xs["train"][0][0, :3].tolist() == [76 + 1, 255 + 1, 0 + 1]     # tf's grayscale; black is token 1
+    hf.datasets["uoft-cs/cifar10"] = datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict({"img": [Image.fromarray(a) for a in train_rgb],
+                                             "label": sum((cifar_images(4, i)[1] for i in range(1, 6)), [])}),
+        "test": datasets.Dataset.from_dict({"img": [Image.fromarray(a) for a in cifar_images(3, 9)[0]],
+                                            "label": cifar_images(3, 9)[1]})})
+    remote = data.load_task("image", cache_dir=tmp_path / "c2", data_dir=None)
+    for s, (x, y) in xs.items():
+        x2, y2 = batch_of(remote.split(s))
+        assert torch.equal(x, x2) and torch.equal(y, y2)
+
+
+# ----------------------------------------------------------------------------------------------
+# IMDb: text (bytes) and imdb (BPE)
+
+REVIEWS = {("train", "neg"): ["Awful.", "Ünbearable — 2/10 " * 300], ("train", "pos"): ["Great film!", "Loved it 🙂"],
+           ("test", "neg"): ["Boring"], ("test", "pos"): ["Fine, fine.", "<br /><br />Good"]}
+
+
+def write_aclimdb(root):
+    for (split, sub), texts in REVIEWS.items():
+        folder = root / "aclImdb" / split / sub
+        folder.mkdir(parents=True)
+        for i, t in enumerate(texts):
+            (folder / f"{i * 11}_{7 if sub == 'pos' else 2}.txt").write_text(t, encoding="utf-8")
+    return root
+
+
+def imdb_dict():
+    import datasets
+    return datasets.DatasetDict({s: datasets.Dataset.from_dict({
+        "text": REVIEWS[(s, "neg")] + REVIEWS[(s, "pos")],
+        "label": [0] * len(REVIEWS[(s, "neg")]) + [1] * len(REVIEWS[(s, "pos")])}) for s in ("train", "test")})
+
+
+def test_text_task_bytes(tmp_path, hf):
+    root = write_aclimdb(tmp_path / "d")
+    task = data.load_task("text", cache_dir=tmp_path / "c", data_dir=str(root))
+    assert (task.kind, task.vocab_size, task.block_size, task.n_classes) == ("cls", 257, 4000, 2)
+    x, y = batch_of(task.split("train"))
+    texts = REVIEWS[("train", "neg")] + REVIEWS[("train", "pos")]
+    assert y.tolist() == [0, 0, 1, 1] and x.shape == (4, 4000)
+    for row, t in zip(x.numpy(), texts):
+        b = t.encode("utf-8")[:4000]
+        assert (row[:len(b)] == np.frombuffer(b, np.uint8) + 1).all() and (row[len(b):] == 0).all()
+    assert len(texts[1].encode()) > 4000                                   # that one was cut
+    assert task.split("val") is task.split("test")                        # val is the test split (LRA)
+    again = data.load_task("text", cache_dir=tmp_path / "c", data_dir=str(root / "aclImdb"))
+    assert torch.equal(batch_of(again.split("train"))[0], x)
+    hf.datasets["stanfordnlp/imdb"] = imdb_dict()
+    remote = data.load_task("text", cache_dir=tmp_path / "c2", data_dir=None, block_size=100)
+    x2, y2 = batch_of(remote.split("train"))
+    assert remote.block_size == 100 and torch.equal(x2, x[:, :100]) and torch.equal(y2, y)
+
+
+def test_imdb_task_bpe(tmp_path, hf):
+    hf.datasets["stanfordnlp/imdb"] = imdb_dict()
+    task = data.load_task("imdb", cache_dir=tmp_path, data_dir=None, tokenizer="byte")
+    assert (task.vocab_size, task.block_size, task.n_classes) == (258, 512, 2)   # byte ids + 1
+    x, y = batch_of(task.split("test"))
+    enc = data.byte_encoding()
+    texts = REVIEWS[("test", "neg")] + REVIEWS[("test", "pos")]
+    for row, t in zip(x.numpy(), texts):
+        ids = enc.encode_ordinary(t)[:512]
+        assert row[:len(ids)].tolist() == [i + 1 for i in ids] and (row[len(ids):] == 0).all()
+    assert y.tolist() == [0, 1, 1] and hf.calls == [("stanfordnlp/imdb", None)]
+    local = data.load_task("imdb", cache_dir=tmp_path, data_dir=str(write_aclimdb(tmp_path / "d")), tokenizer="byte")
+    assert torch.equal(batch_of(local.split("test"))[0], x)
+    assert batch_of(local.split("train"))[0].shape == (4, 512)              # the long review, cut to 512
+
+
+def test_cache_is_reused_and_leaves_no_temporary_files(tmp_path, monkeypatch):
+    root = write_aclimdb(tmp_path / "d")
+    first = data.load_task("text", cache_dir=tmp_path / "c", data_dir=str(root))
+    monkeypatch.setattr(data, "read_aclimdb", lambda *a: pytest.fail("the cache was not used"))
+    second = data.load_task("text", cache_dir=tmp_path / "c", data_dir=str(root))
+    assert torch.equal(batch_of(first.split("train"))[0], batch_of(second.split("train"))[0])
+    assert isinstance(second.split("train").tokens, np.memmap)
+    leftovers = [f for _, dirs, files in os.walk(tmp_path / "c") for f in dirs + files if ".tmp" in f]
+    assert leftovers == []
+
+
+# ----------------------------------------------------------------------------------------------
+# AG News
+
+def write_agnews(folder, train_rows, test_rows):
+    import csv
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, rows in (("train.csv", train_rows), ("test.csv", test_rows)):
+        if rows is not None:
+            with open(folder / name, "w", newline="") as f:
+                csv.writer(f, quoting=csv.QUOTE_ALL).writerows(rows)
+    return folder
+
+
+def test_agnews_csv(tmp_path, capsys):
+    train_rows = [(c, f"Title {i}, with comma", f'Desc "{i}" \\ more') for i, c in enumerate([1, 2, 3, 4] * 3)]
+    root = write_agnews(tmp_path / "ag", train_rows, [(4, "T", "D"), (1, "A", "B")])
+    task = data.load_task("agnews", cache_dir=tmp_path / "c", data_dir=str(root), tokenizer="byte")
+    assert (task.kind, task.vocab_size, task.block_size, task.n_classes) == ("cls", 258, 512, 4)
+    x, y = batch_of(task.split("train"))
+    assert y.tolist() == [0, 1, 2, 3] * 3
+    first = bytes(v - 1 for v in x[0].tolist() if v).decode()
+    assert first == 'Title 0, with comma Desc "0" \\ more'                 # title + " " + description
+    assert batch_of(task.split("test"))[1].tolist() == [3, 0]
+    # a folder with test.csv only (as ../shared/data/ag_news): first 80% (at most 6,000) train, rest test
+    only = write_agnews(tmp_path / "only", None, train_rows)
+    task = data.load_task("agnews", cache_dir=tmp_path / "c", data_dir=str(only), tokenizer="byte")
+    assert len(task.split("train")) == 9 and len(task.split("test")) == 3 and len(task.split("val")) == 3
+    assert "training on the first 9 rows of test.csv" in capsys.readouterr().out
+    bad = write_agnews(tmp_path / "bad", [(1, "a", "b"), (5, "c", "d")], [(1, "a", "b")])
+    with pytest.raises(data.DataError) as e:
+        data.load_task("agnews", cache_dir=tmp_path / "c", data_dir=str(bad), tokenizer="byte")
+    assert_one_line_error(e, "train.csv, line 2", "class 1-4")
+
+
+def test_agnews_hugging_face(tmp_path, hf):
+    import datasets
+    hf.datasets["fancyzhx/ag_news"] = datasets.DatasetDict({
+        "train": datasets.Dataset.from_dict({"text": ["a b", "c"], "label": [3, 0]}),
+        "test": datasets.Dataset.from_dict({"text": ["d"], "label": [2]})})
+    task = data.load_task("agnews", cache_dir=tmp_path, data_dir=None, tokenizer="byte")
+    x, y = batch_of(task.split("train"))
+    assert x.tolist() == [[ord("a") + 1, ord(" ") + 1, ord("b") + 1], [ord("c") + 1, 0, 0]] and y.tolist() == [3, 0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Retrieval: AAN pairs
+
+def write_aan(folder, n):
+    folder.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    pairs = []
+    for name in ("train", "eval", "test"):
+        rows = []
+        for i in range(n):
+            t1 = "paper one " * int(rng.integers(1, 30)) + "ü"
+            t2 = "x" * 4100 if i == 0 else f"other paper {i}"
+            label = ["0", "1", "1.0", "0.0"][i % 4]
+            rows.append(f"{label}\tid{i}a\tid{i}b\t{t1}\t{t2}\n")
+            pairs.append((name, int(float(label)), t1, t2))
+        (folder / f"new_aan_pairs.{name}.tsv").write_text("".join(rows), encoding="utf-8")
+    return pairs
+
+
+def test_retrieval_pairs(tmp_path):
+    pairs = write_aan(tmp_path / "lra_release" / "tsv_data", 6)
+    task = data.load_task("retrieval", cache_dir=tmp_path / "c", data_dir=str(tmp_path))
+    assert (task.kind, task.vocab_size, task.block_size, task.n_classes) == ("match", 257, 4000, 2)
+    split = task.split("val")
+    assert isinstance(split.tokens, np.memmap) and split.tokens.dtype == np.uint8
+    x, y = batch_of(split)
+    assert x.shape == (6, 2, 4000)
+    for (name, label, t1, t2), row, got in zip([p for p in pairs if p[0] == "eval"], x.numpy(), y.tolist()):
+        assert got == label
+        for doc, t in zip(row, (t1, t2)):
+            b = t.encode()[:4000]
+            assert (doc[:len(b)] == np.frombuffer(b, np.uint8) + 1).all() and (doc[len(b):] == 0).all()
+    import simpletron
+    model = simpletron.Model(simpletron.Config(vocab_size=257, block_size=4000, head="match", n_classes=2,
+                                               n_layer=1, n_embd=16, n_head=2))
+    logits, loss = model(*task.split("train").sample(3, np.random.default_rng(0)))
+    assert logits.shape == (3, 2) and torch.isfinite(loss)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "new_aan_pairs.train.tsv").write_text("1\ta\tb\tonly four fields\n")
+    with pytest.raises(data.DataError) as e:
+        data.load_task("retrieval", cache_dir=tmp_path / "c", data_dir=str(tmp_path / "bad"))
+    assert_one_line_error(e, "new_aan_pairs.train.tsv, line 1", "5 tab-separated fields")
+
+
+# ----------------------------------------------------------------------------------------------
+# Language modelling: PTB, WikiText-103, OpenWebText, any text file
+
+PTB = {"train": ["the cat sat", "the <unk> ran N"], "valid": ["the cat ran"], "test": ["sat N"]}
+
+
+def test_ptb_vocabulary_is_the_files_and_hugging_face_gives_the_same(tmp_path, hf):
+    import datasets
+    folder = tmp_path / "simple-examples" / "data"
+    folder.mkdir(parents=True)
+    for name, lines in PTB.items():
+        (folder / f"ptb.{name}.txt").write_text("".join(f" {s} \n" for s in lines))
+    local = data.load_task("ptb", cache_dir=tmp_path / "c", data_dir=str(tmp_path), block_size=2)
+    words = sorted({"the", "cat", "sat", "<unk>", "ran", "N", "<eos>"})
+    assert local.vocab_size == len(words) + 1 and local.kind == "lm"
+    stream = local.split("train").stream
+    assert [words[i - 1] for i in stream] == "the cat sat <eos> the <unk> ran N <eos>".split()
+    hf.datasets["ptb-text-only/ptb_text_only"] = datasets.DatasetDict({
+        s: datasets.Dataset.from_dict({"sentence": PTB[f]}) for s, f in (("train", "train"), ("validation", "valid"),
+                                                                         ("test", "test"))})
+    remote = data.load_task("ptb", cache_dir=tmp_path / "c", data_dir=None, block_size=2)
+    assert hf.calls == [("ptb-text-only/ptb_text_only", "penn_treebank")]
+    assert sorted(os.listdir(tmp_path / "c" / "ptb")) == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
+    for s in ("train", "val", "test"):
+        assert (remote.split(s).stream == local.split(s).stream).all()
+
+
+WIKI = {"train": [" = Title = \n", " \n", " The cat sat on the mat . \n", " Ünïcode line \n"] * 20,
+        "valid": [" = Other = \n", " Valid text here . \n"] * 10, "test": [" Test text , more . \n"] * 10}
+
+
+def test_wikitext_memmap_bins_local_and_hugging_face(tmp_path, hf):
+    import datasets
+    folder = tmp_path / "wikitext-103"
+    folder.mkdir()
+    for name, lines in WIKI.items():
+        (folder / f"wiki.{name}.tokens").write_text("".join(lines), encoding="utf-8")
+    task = data.load_task("wikitext103", cache_dir=tmp_path / "c", data_dir=str(tmp_path), tokenizer="byte",
+                          block_size=16)
+    assert (task.kind, task.vocab_size, task.block_size) == ("lm", 257, 16)
+    enc = data.byte_encoding()
+    streams = {}
+    for s, name in (("train", "train"), ("val", "valid"), ("test", "test")):
+        stream = task.split(s).stream
+        assert isinstance(stream, np.memmap) and stream.dtype == np.uint16
+        assert enc.decode(stream.tolist()) == "".join(WIKI[name])
+        streams[s] = np.array(stream)
+    x, y = task.split("train").sample(4, np.random.default_rng(0))
+    assert x.shape == (4, 16) and torch.equal(x[:, 1:], y[:, :-1])
+    again = data.load_task("wikitext103", cache_dir=tmp_path / "c", data_dir=str(folder), tokenizer="byte")
+    assert (np.array(again.split("train").stream) == streams["train"]).all()           # reloads identically
+    hf.datasets["Salesforce/wikitext"] = datasets.DatasetDict({
+        s: datasets.Dataset.from_dict({"text": WIKI[f]}) for s, f in (("train", "train"), ("validation", "valid"),
+                                                                      ("test", "test"))})
+    remote = data.load_task("wikitext103", cache_dir=tmp_path / "c", data_dir=None, tokenizer="byte", block_size=16)
+    assert hf.calls == [("Salesforce/wikitext", "wikitext-103-raw-v1")]
+    assert all((np.array(remote.split(s).stream) == streams[s]).all() for s in streams)
+
+
+def test_openwebtext_hugging_face_and_nanogpt_bins(tmp_path, hf):
+    import datasets
+    docs = [f"document {i} text" for i in range(300)]
+    hf.datasets["Skylion007/openwebtext"] = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": docs})})
+    task = data.load_task("openwebtext", cache_dir=tmp_path / "c", data_dir=None, tokenizer="byte", block_size=8)
+    assert (task.vocab_size, task.has("val"), task.has("test")) == (257, True, False)
+    enc = data.byte_encoding()
+    got = [enc.decode(np.array(task.split(s).stream).tolist()).split("<|endoftext|>")[:-1] for s in ("train", "val")]
+    assert len(got[1]) == 1 and sorted(got[0] + got[1]) == sorted(docs)     # nanoGPT's 0.05% for val
+    # nanoGPT's prepared files are used where they are: uint16 gpt2 ids, no tokenizer needed
+    folder = tmp_path / "owt"
+    folder.mkdir()
+    ids = {s: np.random.default_rng(i).integers(0, 50257, 1000).astype(np.uint16) for i, s in enumerate(("train", "val"))}
+    for s, a in ids.items():
+        a.tofile(folder / f"{s}.bin")
+    task = data.load_task("openwebtext", cache_dir=tmp_path / "c", data_dir=str(tmp_path / "owt"), tokenizer="gpt2",
+                          block_size=8)
+    assert task.vocab_size == 50257 and (np.array(task.split("val").stream) == ids["val"]).all()
+
+
+def test_textfile_chars_and_bytes(tmp_path):
+    path = tmp_path / "tiny.txt"
+    text = "to be or not to be, that is the question — ü\n" * 30
+    path.write_text(text, encoding="utf-8")
+    task = data.load_task("textfile", cache_dir=tmp_path / "c", data_dir=str(path), tokenizer="char", block_size=8)
+    chars = sorted(set(text))
+    assert task.vocab_size == len(chars) + 1
+    decoded = "".join(chars[i - 1] for i in np.concatenate([task.split("train").stream, task.split("val").stream]))
+    assert decoded == text and len(task.split("val").stream) == len(text) - int(0.9 * len(text))
+    task = data.load_task("textfile", cache_dir=tmp_path / "c", data_dir=str(tmp_path), tokenizer="byte", block_size=8)
+    stream = np.concatenate([task.split("train").stream, task.split("val").stream])
+    assert task.vocab_size == 257 and bytes(stream.astype(np.uint8)) == text.encode()
+
+
+# ----------------------------------------------------------------------------------------------
+# Missing data and no network: one line, at once
+
+def test_hf_dataset_offline_mode_and_parquet_fallback(monkeypatch):
+    import datasets
+    calls = []
+
+    def load_dataset(path, name=None, **kw):
+        calls.append((path, name, kw, datasets.config.HF_HUB_OFFLINE))
+        if "revision" not in kw:
+            raise RuntimeError("Dataset scripts are no longer supported, but found ptb_text_only.py")
+        return "parquet"
+
+    monkeypatch.setattr(datasets, "load_dataset", load_dataset)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    before = datasets.config.HF_HUB_OFFLINE
+    monkeypatch.setattr(data, "reachable", lambda *a, **k: True)          # online: the script fallback
+    assert data.hf_dataset("p/d", "cfg", parquet_dir="cfg") == "parquet"
+    assert calls == [("p/d", "cfg", {}, before),
+                     ("p/d", None, {"revision": "refs/convert/parquet", "data_dir": "cfg"}, before)]
+    calls.clear()
+    monkeypatch.setattr(data, "reachable", lambda *a, **k: False)         # offline: the cache only, once
+    with pytest.raises(data.DataError, match="no network and not in the Hugging Face cache"):
+        data.hf_dataset("p/d", "cfg", parquet_dir="cfg")
+    assert calls == [("p/d", "cfg", {}, True)] and datasets.config.HF_HUB_OFFLINE == before
+
+
+@pytest.mark.parametrize("name,layout", [("text", "aclImdb"), ("image", "cifar-10-batches-py"),
+                                         ("agnews", "train.csv"), ("ptb", "ptb.train.txt"),
+                                         ("wikitext103", "wiki.train.tokens"), ("openwebtext", "train.bin")])
+def test_offline_hugging_face_fails_fast_in_one_line(name, layout, offline, tmp_path):
+    t0 = time.time()
+    with pytest.raises(data.DataError) as e:                 # gpt2 is not there either: the data comes first
+        data.load_task(name, cache_dir=tmp_path / "c", data_dir=None, tokenizer="gpt2")
+    assert time.time() - t0 < 10
+    assert_one_line_error(e, f"{name}: tried Hugging Face", "no network", "--data_dir", layout)
+
+
+@pytest.mark.parametrize("name,layout", [("pathfinder", "metadata"), ("image", "data_batch_1"), ("text", "aclImdb"),
+                                         ("imdb", "aclImdb"), ("agnews", "test.csv"), ("retrieval", "new_aan_pairs"),
+                                         ("ptb", "ptb.train.txt"), ("wikitext103", "wiki.train"),
+                                         ("openwebtext", "train.bin"), ("textfile", ".txt")])
+def test_empty_data_dir_names_the_layout(name, layout, tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(data.DataError) as e:
+        data.load_task(name, cache_dir=tmp_path / "c", data_dir=str(tmp_path / "empty"), tokenizer="byte")
+    assert_one_line_error(e, name, layout)
+
+
+def test_train_py_reports_missing_data_in_one_line(tmp_path):
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf"))
+    for argv, parts in ((["--task", "retrieval"], ["retrieval", "lra_release.gz", "new_aan_pairs.train.tsv"]),
+                        (["--task", "text"], ["text: tried Hugging Face", "aclImdb"])):
+        t0 = time.time()
+        r = subprocess.run([sys.executable, "train.py", *argv, "--cache_dir", str(tmp_path / "c"), "--max_iters", "1"],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert time.time() - t0 < 60 and r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and all(p in lines[0] for p in parts), r.stderr
