@@ -23,6 +23,13 @@ Config.attention = "softmax" swaps the attention for F.scaled_dot_product_attent
 q/k/v/o shapes, so the same file is the vanilla Transformer (head "cls"/"match") and GPT (head "lm"),
 and trained SimpleTRON weights transfer into it (Section 4.2, transfer_attention below).
 
+Two more baselines, those of the TransJect paper (Sengupta et al. 2023, Tables 1-3):
+    Config.norm = "rezero"    Transformer + ReZero (Bachlechner et al. 2020): x + α f(x) for each sublayer,
+                              α a learnable scalar per block starting at 0, and no LayerNorm anywhere
+    Config.orthogonal = True  Orthogonal Transformer: every weight matrix of the blocks is orthogonal, made
+                              by a hand-written Cayley map (W_Q, W_K, W_V, W_O; the MLP's 4D x D and D x 4D
+                              as four orthogonal D x D blocks each)
+
 The model interface, identical in every model file of this project:
     config = Config(vocab_size=..., block_size=..., head="cls"|"match"|"lm", n_classes=..., ...)
     model = Model(config)
@@ -57,18 +64,50 @@ class Config:
     attention: str = "simple"  # "simple" (SimpleTRON) or "softmax" (vanilla Transformer / GPT)
     variant: str = "res"       # "simple" | "res" | "resl" (Table 1) | "vanilla" (ordinary block)
     norm: str = "post"         # "post": LayerNorm after each residual sum (Transformer/BERT, the paper's
-                               # Fig. 4); "pre": LayerNorm before each sublayer (GPT-2, nanoGPT)
+                               # Fig. 4); "pre": LayerNorm before each sublayer (GPT-2, nanoGPT);
+                               # "rezero": x + α f(x), α from 0, no LayerNorm (ReZero)
+    orthogonal: bool = False   # every weight matrix of the blocks orthogonal (Orthogonal Transformer)
     mlp_ratio: int = 4         # MLP width = mlp_ratio * n_embd (Table 3: 256 -> 1024)
     freeze_qkv: bool = False   # attention transfer (Section 4.2): q/k/v are not trained
 
     def __post_init__(self):
         choices = dict(head=("cls", "match", "lm"), attention=("simple", "softmax"),
-                       variant=("simple", "res", "resl", "vanilla"), norm=("post", "pre"))
+                       variant=("simple", "res", "resl", "vanilla"), norm=("post", "pre", "rezero"))
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
+
+
+# ----------------------------------------------------------------------------------------------
+# The Orthogonal Transformer's weights
+
+def cayley(A):
+    """W = (I - A)(I + A)^{-1}: orthogonal (det +1) for skew-symmetric A (..., n, n). I - A and (I + A)^{-1}
+    commute, so we solve (I + A) W = I - A."""
+    I = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    return torch.linalg.solve(I + A, I - A)
+
+
+class OrthogonalLinear(nn.Module):
+    """nn.Linear whose weight (n_out, n_in) is made of orthogonal m x m blocks, m = min(n_in, n_out), each the
+    Cayley map of a skew-symmetric P - P^T: stacked (n_out > n_in) or side by side (n_out < n_in)."""
+
+    def __init__(self, n_in, n_out, bias=True):
+        super().__init__()
+        m = min(n_in, n_out)
+        self.P = nn.Parameter(torch.randn(max(n_in, n_out) // m, m, m) / math.sqrt(m))
+        self.bias = nn.Parameter(torch.zeros(n_out)) if bias else None
+        self.stacked = n_out >= n_in
+
+    @property
+    def weight(self):                                        # (n_out, n_in), made once per call
+        W = cayley(self.P - self.P.transpose(-2, -1))        # (k, m, m) orthogonal blocks
+        return W.flatten(0, 1) if self.stacked else W.transpose(0, 1).flatten(1)
+
+    def forward(self, x):
+        return F.linear(x, self.weight, self.bias)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -131,12 +170,13 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.n_head, self.kind = config.n_head, config.attention
         self.causal = config.head == "lm"
+        Linear = OrthogonalLinear if config.orthogonal else nn.Linear
         # Q = X Q* + q*, K = X K* + k*, V = X V* + v*, as one (D, 3D) linear     (Section 3)
-        self.qkv = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
+        self.qkv = Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.qkv.requires_grad_(not config.freeze_qkv)
         # the optional output linear W after the concatenated heads
         has_out = config.variant in ("resl", "vanilla") or config.attention == "softmax"
-        self.out = nn.Linear(config.n_embd, config.n_embd, bias=config.bias) if has_out else nn.Identity()
+        self.out = Linear(config.n_embd, config.n_embd, bias=config.bias) if has_out else nn.Identity()
         self.drop = nn.Dropout(config.dropout)
 
     def forward(self, x, mask):                              # x (B, L, D), mask (B, L) or None
@@ -156,8 +196,9 @@ class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
         hidden = config.mlp_ratio * config.n_embd
-        self.fc = nn.Linear(config.n_embd, hidden, bias=config.bias)
-        self.proj = nn.Linear(hidden, config.n_embd, bias=config.bias)
+        Linear = OrthogonalLinear if config.orthogonal else nn.Linear
+        self.fc = Linear(config.n_embd, hidden, bias=config.bias)
+        self.proj = Linear(hidden, config.n_embd, bias=config.bias)
         self.drop = nn.Dropout(config.dropout)
 
     def forward(self, x):
@@ -168,13 +209,20 @@ class Block(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.attn, self.mlp = SelfAttention(config), MLP(config)
-        self.ln1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.ln2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+        self.rezero = config.norm == "rezero"
+        if self.rezero:                                      # ReZero: α starts at 0, the block is the identity
+            self.alpha = nn.Parameter(torch.zeros(()))
+        else:
+            self.ln1 = nn.LayerNorm(config.n_embd, bias=config.bias)
+            self.ln2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.pre = config.norm == "pre"
         self.extra_skip = config.variant in ("res", "resl")
 
     def forward(self, x, mask):
-        if self.pre:                                         # GPT-2: x + f(LN(x))
+        if self.rezero:                                      # ReZero: x + α f(x), no LayerNorm
+            h = x + self.alpha * self.attn(x, mask)
+            h = h + self.alpha * self.mlp(h)
+        elif self.pre:                                       # GPT-2: x + f(LN(x))
             h = x + self.attn(self.ln1(x), mask)
             h = h + self.mlp(self.ln2(h))
         else:                                                # Transformer / BERT: LN(x + f(x))
@@ -194,7 +242,7 @@ class Model(nn.Module):
         self.cls = nn.Parameter(torch.zeros(1, 1, c.n_embd)) if c.head != "lm" else None
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.n_layer))
-        self.ln_f = nn.LayerNorm(c.n_embd, bias=c.bias)
+        self.ln_f = nn.Identity() if c.norm == "rezero" else nn.LayerNorm(c.n_embd, bias=c.bias)
         if c.head == "lm":                                   # tied input and output embeddings
             self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
             self.lm_head.weight = self.wte.weight
