@@ -44,13 +44,39 @@ PRESETS = {
                                   schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
         ("softmax", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
                                schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
+        # DiffEqFormer's optimiser (appendix C.4, C.5): AdamW beta2 0.95, 1% warm-up, cosine to 0.1 lr, clip 1.0
+        ("diffeqformer", "*"): dict(n_layer=2, n_head=4, n_embd=64, time_dim=8, dropout=0.0, lr=1e-3, beta2=0.95,
+                                    warmup=10, schedule="cosine", min_lr=0.1, grad_clip=1.0, max_iters=1000,
+                                    batch_size=16, eval_interval=250),
+        # PTB: DiffEqFormer vs GPT (pre-LN softmax) at equal shape, steps and optimiser; ~5 min each on 2 cores
+        **{(m, "ptb"): dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0, lr=1e-3, beta2=0.95,
+                            warmup=15, schedule="cosine", min_lr=0.1, grad_clip=1.0, max_iters=1500, batch_size=16,
+                            eval_interval=500, **extra)
+           for m, extra in (("diffeqformer", dict(time_dim=8)), ("softmax", dict(norm="pre", variant="vanilla")))},
         # the README's main command: about 8 minutes here, ~35% test accuracy. 400 steps on 64-token prefixes
         # first: at full length the first ~4,000 steps sit at the label prior (17%) before anything is learned
         ("simpletron", "listops"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=5e-4, warmup=100,
                                         schedule="cosine", max_iters=1500, batch_size=16, short_steps=400,
                                         short_len=64, eval_interval=500, time_limit=13.5),
+        ("transject", "*"): dict(n_layer=2, n_embd=64, n_experts=4, dropout=0.0, lr=1e-3, warmup=100,
+                                 schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
+        # TransJect pools by max on LRA, by mean on (byte-level) text (appendix B.1)
+        **{("transject", t): dict(pool="max") for t in ("listops", "retrieval", "image", "pathfinder")},
     },
     "paper": {  # the papers' settings, for a GPU
+        # DiffEqFormer: GPT-small of Table 3 (12 layers, 768, 12 heads; d_t 20, S 128) and the optimiser of C.4/C.5
+        # (AdamW beta2 0.95, weight decay 0.1, 1% warm-up, cosine to 0.1 lr, clip 1.0). The text lost lr, batch,
+        # dropout and steps: nanoGPT's GPT-2 small values (6e-4, 0.5M tokens a step) for WikiText-103 and
+        # OpenWebText, a small batch for PTB (1M tokens). The GPT baseline of the paper: softmax, same shape.
+        **{(m, t): dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, lr=6e-4, weight_decay=0.1, beta2=0.95,
+                        schedule="cosine", min_lr=0.1, grad_clip=1.0, eval_interval=iters // 20, max_iters=iters,
+                        warmup=iters // 100, **batch, **extra)
+           for t, iters, batch in (("ptb", 2000, dict(batch_size=16, dropout=0.1)),
+                                   ("wikitext103", 50_000, dict(batch_size=32, grad_accum=16, dropout=0.0)),
+                                   ("openwebtext", 100_000, dict(batch_size=32, grad_accum=16, dropout=0.0)))
+           for m, extra in (("diffeqformer", dict(time_dim=20, time_freqs=128)),
+                            ("softmax", dict(norm="pre", variant="vanilla")))
+           if m == "diffeqformer" or t == "ptb"},
         # SimpleTRON Table 3 (LRA): ListOps 6 blocks, 8 heads, 512, MLP 2048, lr 0.005, warmup 1000, 15k steps
         ("simpletron", "listops"): dict(PAPER_LRA, n_layer=6, n_head=8, n_embd=512, lr=0.005, warmup=1000,
                                         max_iters=15_000),
@@ -64,6 +90,24 @@ PRESETS = {
         **{(m, "retrieval"): dict(PAPER_LRA, n_layer=4, n_head=4, n_embd=128, lr=0.05, warmup=8000,
                                   max_iters=15_000, **({"variant": "vanilla"} if m == "softmax" else {}))
            for m in ("simpletron", "softmax")},
+        # TransJect, appendix B.1. Adam = AdamW without weight decay; a constant lr = cosine with min_lr 1.
+        # IMDb, AG News: L=6, E=4, d=512, length 512, mean pooling, batch 32, Adam lr 5e-4 (0.9, 0.98, 1e-9),
+        # 30 epochs (25k / 120k training examples)
+        **{("transject", t): dict(n_layer=6, n_experts=4, n_embd=512, block_size=512, pool="mean", batch_size=32,
+                                  lr=5e-4, beta2=0.98, eps=1e-9, weight_decay=0.0, schedule="cosine", warmup=0,
+                                  min_lr=1.0, max_iters=iters)
+           for t, iters in (("imdb", 23_440), ("agnews", 112_500))},
+        # LRA: L=2, E=4, d=512, 50k steps, otherwise Chen et al. (2021, Skyformer)'s settings: batch 32, lr 1e-4,
+        # warm-up 1000, no weight decay (their linear decay: cosine to 0 here); max pooling except on text
+        **{("transject", t): dict(n_layer=2, n_experts=4, n_embd=512, batch_size=32, lr=1e-4, warmup=1000,
+                                  schedule="cosine", min_lr=0.0, weight_decay=0.0, max_iters=50_000,
+                                  pool="mean" if t == "text" else "max")
+           for t in ("listops", "text", "retrieval", "image", "pathfinder")},
+        # PTB: L=6, d=512, 35 tokens in and out, Adam lr 0.01 (B.1 gives 5e-4, (0.9, 0.98), 1e-9 for IMDb and
+        # AG News only; we keep those betas), 10 epochs of 929k tokens in batches of 32
+        ("transject", "ptb"): dict(n_layer=6, n_experts=4, n_embd=512, block_size=35, batch_size=32, lr=0.01,
+                                   beta2=0.98, eps=1e-9, weight_decay=0.0, schedule="cosine", warmup=0,
+                                   min_lr=1.0, max_iters=8_300),
     },
 }
 
@@ -102,6 +146,9 @@ FLAGS = [
     ("init_from", str, None, "start from this checkpoint's weights (a new run; see --eval_only)"),
     ("eval_only", bool, False, "with --init_from: evaluate on the task's val and test splits and stop"),
     ("transfer_from", str, None, "--model softmax: copy this SimpleTRON checkpoint's q/k/v and freeze them"),
+    ("steps", int, None, "with --init_from a DiffEqFormer: fine-tune its discretisation with N Euler steps"),
+    ("lora_rank", int, 0, "with --steps: LoRA of this rank on every linear map, embeddings trainable (0: all)"),
+    ("lora_alpha", float, None, "with --lora_rank: LoRA's alpha, scale alpha / rank (default alpha = rank)"),
     ("compile", bool, False, "torch.compile the model"),
 ]
 
@@ -312,6 +359,18 @@ def main(argv=None):
     model = build_model(args.model, config_dict)
     if source is not None:
         model.load_state_dict(source["model"])
+    if (args.steps is not None or args.lora_rank) and ckpt is None:   # DiffEqFormer's adaptive fine-tuning (6.2)
+        if source is None or args.steps is None or not hasattr(model, "discretize") or model.config.discrete:
+            raise UsageError("--steps N [--lora_rank r --lora_alpha a] needs --init_from CKPT, a checkpoint of the "
+                             "DiffEqFormer ODE (--model diffeqformer, not discretised already)")
+        if args.steps < 1 or args.lora_rank < 0:
+            raise UsageError("--steps must be at least 1 and --lora_rank at least 0")
+        model = model.discretize(args.steps)                 # an ordinary N-block model, W(t_k) materialised
+        if args.lora_rank:                                   # LoRA on every linear map; freezes the rest
+            model = model.with_lora(args.lora_rank, args.lora_alpha or args.lora_rank)
+        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        print(f"fine-tuning {args.steps} Euler steps{f' with LoRA rank {args.lora_rank}' * bool(args.lora_rank)}: "
+              f"{trainable / 1e6:.2f}M trainable parameters")
     if args.transfer_from:                                   # SimpleTRON's Section 4.2
         import simpletron
         simple = load_checkpoint(args.transfer_from)
