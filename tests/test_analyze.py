@@ -1,0 +1,396 @@
+"""analyze.py: the maths of each analysis against closed forms, and the command line."""
+
+import dataclasses
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import analyze
+import simpletron
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def random_matrix(n, seed, cond=3.0):
+    """A well-conditioned, non-orthogonal n x n matrix."""
+    g = torch.Generator().manual_seed(seed)
+    U, _ = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    V, _ = torch.linalg.qr(torch.randn(n, n, generator=g, dtype=torch.float64))
+    return U @ torch.diag(torch.linspace(1.0, cond, n, dtype=torch.float64)) @ V.T
+
+
+def block_diag_with(eigs):
+    """A real matrix whose eigenvalues are `eigs` (complex ones as conjugate pairs, given once)."""
+    blocks = []
+    for e in eigs:
+        if isinstance(e, complex):
+            blocks.append(torch.tensor([[e.real, -e.imag], [e.imag, e.real]], dtype=torch.float64))
+        else:
+            blocks.append(torch.tensor([[e]], dtype=torch.float64))
+    return torch.block_diag(*blocks)
+
+
+def sorted_complex(z):
+    z = np.asarray(z).ravel()
+    return z[np.lexsort((z.imag.round(8), z.real.round(8)))]
+
+
+# ----------------------------------------------------------------------------------------------
+# Lyapunov exponents
+
+def test_householder_qr_is_a_qr_decomposition():
+    A = torch.randn(5, 7, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    Q, R = analyze.householder_qr(A)
+    assert torch.allclose(Q @ R, A, atol=1e-12)
+    assert torch.allclose(Q.transpose(-1, -2) @ Q, torch.eye(4, dtype=torch.float64).expand(5, 4, 4), atol=1e-12)
+    assert torch.equal(R, torch.triu(R))
+    ref = torch.linalg.qr(A).R
+    assert torch.allclose(R.diagonal(dim1=-2, dim2=-1).abs(), ref.diagonal(dim1=-2, dim2=-1).abs(), atol=1e-12)
+
+
+def test_lyapunov_exponents_of_a_linear_system_are_the_real_parts_of_its_eigenvalues():
+    # dx/dt = A x, A = S diag S^-1 non-normal, eigenvalues 0.5, -0.5 +- 2i, -2: exponents 0.5, -0.5, -0.5, -2
+    S = random_matrix(4, seed=1)
+    A = S @ block_diag_with([0.5, complex(-0.5, 2.0), -2.0]) @ torch.linalg.inv(S)
+    dt, T = 0.01, 200.0
+    steps = int(T / dt)
+    lam = analyze.lyapunov_spectrum((A for _ in range(steps)), dt, qr_every=20).sort(descending=True).values
+    # what the Euler steps converge to: log|eig(I + dt A)| / dt, up to the finite-time error
+    discrete = torch.linalg.eigvals(torch.eye(4, dtype=torch.float64) + dt * A).abs().log().sort(descending=True).values / dt
+    assert torch.allclose(lam, discrete, atol=0.02), (lam, discrete)
+    # and that is the real parts of the eigenvalues, up to the Euler error O(dt |lambda|^2)
+    assert torch.allclose(lam, torch.tensor([0.5, -0.5, -0.5, -2.0], dtype=torch.float64), atol=0.04), lam
+    assert not torch.allclose(lam, torch.linalg.eigvals(A).abs().sort(descending=True).values, atol=0.5)
+    # the sum of all exponents is the volume growth rate, the trace, whatever the horizon
+    assert abs(lam.sum().item() - discrete.sum().item()) < 1e-9
+
+
+def test_reorthonormalising_less_often_gives_the_same_exponents():
+    A = random_matrix(5, seed=2) - 1.5 * torch.eye(5, dtype=torch.float64)
+    Js = [A * (1 + 0.5 * math.sin(0.1 * s)) for s in range(300)]           # time-dependent J(t)
+    every = analyze.lyapunov_spectrum(Js, 0.01)
+    assert torch.allclose(analyze.lyapunov_spectrum(Js, 0.01, qr_every=7), every, atol=1e-10)
+    assert torch.allclose(analyze.lyapunov_spectrum(Js, 0.01, k=2), every[:2], atol=1e-10)   # the largest ones
+
+
+def test_token_lyapunov_reads_the_block_of_each_output_input_pair():
+    # f(X)_j = sum_i X_i M_ji (rows): the Jacobian block d f_j / d x_i is M_ji^T
+    N, D = 3, 2
+    M = torch.stack([torch.stack([random_matrix(D, seed=10 * j + i) - (j + 2 * i) * 0.3 * torch.eye(D, dtype=torch.float64)
+                                  for i in range(N)]) for j in range(N)])
+
+    def f(X, t):
+        return torch.einsum("id,jide->je", X, M)
+    dt, steps = 0.01, 200
+    X = torch.randn(N, D, dtype=torch.float64)
+    lam = analyze.token_lyapunov(f, [X] * steps, [k * dt for k in range(steps)], dt)
+    assert lam.shape == (N, N, D)
+    for j in range(N):
+        for i in range(N):
+            ref = analyze.lyapunov_spectrum([M[j, i].T] * steps, dt).sort(descending=True).values
+            assert torch.allclose(lam[j, i], ref, atol=1e-10), (j, i)
+            if i != j:                                      # the pairs are not interchangeable
+                assert not torch.allclose(lam[i, j], ref, atol=1e-3)
+    lam_last = analyze.token_lyapunov(f, [X] * steps, [k * dt for k in range(steps)], dt, k=1, outputs=[N - 1])
+    for i in range(N):                                      # k = 1 follows the first column only
+        ref = analyze.lyapunov_spectrum([M[N - 1, i].T] * steps, dt, k=1)
+        assert torch.allclose(lam_last[0, i], ref, atol=1e-10)
+
+
+# ----------------------------------------------------------------------------------------------
+# Spectra
+
+HEAD_EIGS = {"qk": [[2.0, -1.0, 0.5], [complex(1.0, 1.5), 3.0]], "ov": [[-0.25, 0.75, 1.5], [complex(-2.0, 0.5), 0.1]]}
+
+
+def hand_built_weights(D=6, H=2):
+    """Per head, W_Q^h, W_K^h with QK_h = S diag(Lambda_h, 0) S^-1 (so its eigenvalues are Lambda_h and zeros),
+    and W_V^h, W_O^h likewise for OV_h, in the row convention."""
+    d = D // H
+    Wq, Wk, Wv, Wo = (torch.zeros(D, D, dtype=torch.float64) for _ in range(4))
+    for h in range(H):
+        s = slice(h * d, (h + 1) * d)
+        for key, (A, B) in (("qk", (Wq, Wk)), ("ov", (Wv, Wo))):
+            S = random_matrix(D, seed=100 * h + len(key) + (key == "ov"))
+            Sinv = torch.linalg.inv(S)
+            Lam = block_diag_with(HEAD_EIGS[key][h])
+            A[:, s] = S[:, :d] @ Lam                         # D x d
+            if key == "qk":
+                B[:, s] = Sinv[:d, :].T                      # W_K^h: QK_h = W_Q^h W_K^h^T = S[:, :d] Lam Sinv[:d]
+            else:
+                B[s, :] = Sinv[:d, :]                        # W_O^h: OV_h = W_V^h W_O^h
+    return Wq, Wk, Wv, Wo
+
+
+def expected(key, h):
+    e = []
+    for v in HEAD_EIGS[key][h]:
+        e += [v, v.conjugate()] if isinstance(v, complex) else [v]
+    return sorted_complex(np.array(e, dtype=complex))
+
+
+def test_spectra_of_hand_built_weights():
+    Wq, Wk, Wv, Wo = hand_built_weights()
+    qk, ov = analyze.head_spectra(Wq, Wk, Wv, Wo, n_head=2)
+    for h in range(2):
+        assert np.allclose(sorted_complex(qk[h]), expected("qk", h), atol=1e-9), qk[h]
+        assert np.allclose(sorted_complex(ov[h]), expected("ov", h), atol=1e-9), ov[h]
+        # the same as the nonzero eigenvalues of the full D x D products
+        s = slice(3 * h, 3 * h + 3)
+        full = np.linalg.eigvals((Wq[:, s] @ Wk[:, s].T).numpy())
+        assert np.allclose(sorted_complex(full[np.abs(full) > 1e-9]), expected("qk", h), atol=1e-9)
+        full = np.linalg.eigvals((Wv[:, s] @ Wo[s, :]).numpy())
+        assert np.allclose(sorted_complex(full[np.abs(full) > 1e-9]), expected("ov", h), atol=1e-9)
+
+
+def test_spectra_read_from_a_model_use_the_models_own_convention():
+    Wq, Wk, Wv, Wo = hand_built_weights()
+    cfg = simpletron.Config(vocab_size=10, block_size=8, n_layer=2, n_head=2, n_embd=6, dropout=0.0, head="lm",
+                            attention="softmax", variant="vanilla")
+    model = simpletron.Model(cfg).double()
+    attn = model.blocks[1].attn
+    with torch.no_grad():
+        attn.qkv.weight.copy_(torch.cat([Wq, Wk, Wv], dim=1).T)   # nn.Linear holds W^T
+        attn.out.weight.copy_(Wo.T)
+    x = torch.randn(1, 5, 6, dtype=torch.float64)                 # the model really computes q = x W_Q, k = x W_K
+    q, k, v = attn.qkv(x).split(6, dim=-1)
+    assert torch.allclose(q - attn.qkv.bias[:6], x @ Wq) and torch.allclose(k - attn.qkv.bias[6:12], x @ Wk)
+    assert torch.allclose(attn.out(x) - attn.out.bias, x @ Wo)
+    layers = analyze.attention_weights(model)
+    assert [l[0] for l in layers] == [1, 2]
+    qk, ov = analyze.head_spectra(*layers[1][1:], n_head=2)
+    for h in range(2):
+        assert np.allclose(sorted_complex(qk[h]), expected("qk", h), atol=1e-9)
+        assert np.allclose(sorted_complex(ov[h]), expected("ov", h), atol=1e-9)
+    # SimpleTRON without an output map: OV_h is head h's own d x d block of W_V
+    plain = simpletron.Model(dataclasses.replace(cfg, attention="simple", variant="res"))
+    (_, q_, k_, v_, o_), _ = analyze.attention_weights(plain)
+    assert o_ is None
+    _, ov = analyze.head_spectra(q_, k_, v_, o_, n_head=2)
+    assert np.allclose(sorted_complex(ov[1]), sorted_complex(np.linalg.eigvals(v_[3:, 3:].double().numpy())))
+
+
+# ----------------------------------------------------------------------------------------------
+# Activation factor and entropy (TransJect eq. 5, 6)
+
+def test_activation_factor_is_exactly_one_for_an_orthogonal_map():
+    g = torch.Generator().manual_seed(0)
+    X0 = torch.randn(3, 10, 8, generator=g, dtype=torch.float64)
+    Q, _ = torch.linalg.qr(torch.randn(8, 8, generator=g, dtype=torch.float64))
+    shift = torch.randn(8, generator=g, dtype=torch.float64)
+    a = analyze.activation_factor(X0, X0 @ Q + shift)             # an isometry: every distance kept
+    assert torch.allclose(a, torch.ones(3, dtype=torch.float64), atol=1e-12)
+    assert torch.allclose(analyze.activation_factor(X0, 2.5 * X0), torch.full((3,), 2.5, dtype=torch.float64))
+    stretch = analyze.activation_factor(X0, X0 @ torch.diag(torch.linspace(1, 3, 8, dtype=torch.float64)))
+    assert ((stretch > 1.2) & (stretch < 3)).all()
+    # padded tokens do not count, whatever they hold
+    mask = torch.ones(3, 10, dtype=torch.bool)
+    mask[:, 7:] = False
+    Xl = X0 @ Q
+    Xl[:, 7:] = 1e6
+    assert torch.allclose(analyze.activation_factor(X0, Xl, mask), torch.ones(3, dtype=torch.float64), atol=1e-12)
+
+
+def test_entropy_of_gaussian_samples_matches_the_closed_form():
+    g = torch.Generator().manual_seed(0)
+    sigma = torch.tensor([0.5, 1.0, 3.0], dtype=torch.float64)[:, None]
+    x = torch.randn(3, 2000, generator=g, dtype=torch.float64) * sigma + 4.0
+    H = analyze.differential_entropy(x)
+    assert torch.equal(analyze.differential_entropy(x, chunk_elems=1), H)   # row by row: the same
+    closed = 0.5 * torch.log(2 * math.pi * math.e * sigma[:, 0] ** 2)    # 0.5 log(2 pi e sigma^2)
+    assert torch.allclose(H, closed, atol=0.04), (H, closed)
+    # entropy shifts by log a under x -> a x, exactly (the bandwidth scales with the data)
+    assert torch.allclose(analyze.differential_entropy(7.0 * x) - H, torch.full((3,), math.log(7.0), dtype=torch.float64))
+    # equal coordinates: minus infinity (the paper's remark)
+    assert analyze.differential_entropy(torch.ones(2, 16)).eq(-math.inf).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# Clustering (DiffEqFormer C.8)
+
+def test_cluster_number_counts_groups():
+    g = torch.Generator().manual_seed(0)
+    centres = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [0, 0, 1.0]], dtype=torch.float64)
+    X = centres.repeat(10, 1) + 0.003 * torch.randn(30, 3, generator=g, dtype=torch.float64)
+    assert analyze.cluster_number(X) == 3
+    assert analyze.cluster_number(analyze.sphere(torch.randn(40, 3, generator=g, dtype=torch.float64)), eps=1e-6) == 40
+
+
+@pytest.mark.parametrize("seed,steps", [(0, 200), (1, 200), (2, 200), (0, 1000)])
+def test_cluster_number_separates_constant_from_quartic_growth(seed, steps):
+    # weight sharing (g = 1) collapses the tokens; g = 1 + t^4 sharpens the attention until the tokens freeze
+    # apart (the same with 5x smaller steps: not an artefact of the Euler steps)
+    x0, (Wq, Wk, Wv) = analyze.cluster_start(seed)
+    const = analyze.simulate_attention_ode(x0, Wq, Wk, Wv, analyze.growth(0), T=10.0, steps=steps)
+    quartic = analyze.simulate_attention_ode(x0, Wq, Wk, Wv, analyze.growth(4), T=10.0, steps=steps)
+    assert const.shape == (steps + 1, 40, 3)
+    assert torch.allclose(const.norm(dim=-1), torch.ones(steps + 1, 40, dtype=torch.float64))
+    n_const, n_quartic = analyze.cluster_number(const[-1]), analyze.cluster_number(quartic[-1])
+    assert n_const <= 2 and n_quartic >= 8, (n_const, n_quartic)
+    assert analyze.spread(const[-1]) < 0.05 and analyze.spread(quartic[-1]) > 0.9
+
+
+# ----------------------------------------------------------------------------------------------
+# Speed: FLOPs and memory
+
+def test_flop_count_of_attention_on_cpu():
+    B, H, L, d = 2, 4, 64, 16
+    q = torch.randn(B, H, L, d)
+    full = analyze.count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
+    assert full == 4 * B * H * L * L * d                    # Q K^T and P V: 2 flops per multiply-add
+    causal = analyze.count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True))
+    assert causal == full * (L + 1) / (2 * L)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
+def test_peak_memory_sees_a_step_again_and_again():
+    def step():
+        a = torch.ones(10 * 2 ** 20 // 4)                    # 10 MiB, then 20 MiB alive at once
+        b = a * 2
+        return (a + b).sum()
+    measured = [analyze.peak_memory(step, "cpu") for _ in range(3)]
+    assert all(25 <= m <= 45 for m in measured), measured   # a, b and a + b: 30 MiB at the peak
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+
+def tiny_checkpoint(path, model_name="softmax", task="listops", data_dir=None, **cfg):
+    module, overrides = {"softmax": ("simpletron", {"attention": "softmax", "variant": "vanilla"}),
+                         "simpletron": ("simpletron", {})}[model_name]
+    config = simpletron.Config(**{**dict(vocab_size=16, block_size=64, n_layer=2, n_head=2, n_embd=16, dropout=0.0,
+                                         head="cls", n_classes=10), **overrides, **cfg})
+    model = simpletron.Model(config)
+    torch.save({"model_name": model_name, "config": dataclasses.asdict(config), "model": model.state_dict(),
+                "args": {"task": task, "data_dir": data_dir, "cache_dir": "data", "seed": 0, "tokenizer": "gpt2"}},
+               path)
+    return str(path)
+
+
+def cli(*argv):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "analyze.py"), *map(str, argv)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_bad_input_is_one_line_and_no_traceback(tmp_path):
+    ckpt = tiny_checkpoint(tmp_path / "gpt.pt")
+    for argv in [("nonsense", "--out", tmp_path), ("spectra", "--out", tmp_path, "--ckpt", tmp_path / "missing.pt")]:
+        r = cli(*argv)
+        assert r.returncode == 2, (argv, r.stderr)
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, (argv, r.stderr)
+        assert r.stderr.startswith("error: ")
+    cases = [("lyapunov", "--ckpt", ckpt),                      # not a DiffEqFormer
+             ("experts", "--ckpt", ckpt),                       # not a TransJect
+             ("spectra",),                                      # no --ckpt
+             ("speed", "--models", "gpt5"),
+             ("speed", "--nanogpt", tmp_path / "nowhere.py"),
+             ("speed", "--nanogpt", os.path.join(ROOT, "simpletron.py")),   # inside the project
+             ("cluster", "--degrees", "one,two"),
+             ("cluster", "--weights", "ones"),
+             ("spectra", "--ckpt", ckpt, "--bogus", "1")]
+    for argv in cases:
+        with pytest.raises((analyze.UsageError, analyze.train.UsageError)) as e:
+            analyze.main([*map(str, argv), "--out", str(tmp_path)])
+        assert "\n" not in str(e.value) and str(e.value), argv
+
+
+def test_spectra_and_activation_write_json_and_png(tmp_path):
+    import test_train                                       # tiny ListOps files
+    lra = test_train.write_listops(tmp_path / "lra", 8, seed=1)
+    a = tiny_checkpoint(tmp_path / "a.pt", "softmax", data_dir=str(lra))
+    b = tiny_checkpoint(tmp_path / "b.pt", "simpletron", data_dir=str(lra))
+    out = tmp_path / "out"
+    analyze.main(["spectra", "--ckpt", a, "--out", str(out)])
+    spec = json.loads((out / "spectra.json").read_text())
+    assert [r["depth"] for r in spec["rows"]] == [1, 2] and len(spec["rows"][0]["qk"]) == 2
+    assert len(spec["rows"][0]["qk"][0]) == 8                # d = 16 / 2 eigenvalues per head
+    analyze.main(["activation", "--ckpt", a, "--ckpt", b, "--out", str(out), "--n_seq", "4"])
+    act = json.loads((out / "activation.json").read_text())
+    assert len(act["models"]) == 2
+    for m in act["models"]:
+        assert len(m["activation_factor"]) == 3 and len(m["activation_factor"][0]) == 4
+        assert np.allclose(m["activation_factor"][0], 1.0)   # layer 0 against itself
+    for name in ("spectra", "activation"):
+        assert (out / f"{name}.png").stat().st_size > 10_000
+
+
+def test_speed_records(tmp_path):
+    out = tmp_path / "speed"
+    threads = torch.get_num_threads()
+    analyze.main(["speed", "--out", str(out), "--models", "simpletron,softmax", "--lengths", "32,64", "--repeats", "1",
+                  "--inner", "1", "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--threads", "1"])
+    assert torch.get_num_threads() == threads                 # restored
+    records = json.loads((out / "speed.json").read_text())
+    keys = {"model", "length", "mode", "ms", "peak_mem_mb", "tokens_per_s", "flops"}
+    main = [r for r in records if "config" not in r]
+    assert len(main) == 2 * 2 * 2 and all(keys <= set(r) for r in records)
+    assert {(r["model"], r["length"], r["mode"]) for r in main} == \
+        {(m, L, mode) for m in ("simpletron", "softmax") for L in (32, 64) for mode in ("train", "infer")}
+    assert all(r["ms"] > 0 and r["flops"] > 0 for r in records)
+    nano = [r for r in records if r.get("config") == "nanogpt-cpu"]
+    assert [(r["model"], r["length"], r["batch"]) for r in nano] == [("softmax", 64, 12)]
+    assert (out / "speed.png").exists() and "| model |" in (out / "speed.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------------
+# TransJect and DiffEqFormer through the same commands
+
+def model_checkpoint(path, model_name, config, task="listops", data_dir=None):
+    import train
+    model = train.build_model(model_name, config)
+    torch.save({"model_name": model_name, "config": dataclasses.asdict(model.config), "model": model.state_dict(),
+                "args": {"task": task, "data_dir": data_dir, "cache_dir": "data", "seed": 0, "tokenizer": "gpt2"}},
+               path)
+    return str(path), model
+
+
+def test_lyapunov_of_a_diffeqformer(tmp_path):
+    pytest.importorskip("diffeqformer")
+    path, model = model_checkpoint(tmp_path / "deq.pt", "diffeqformer",
+                                   dict(vocab_size=300, block_size=16, n_layer=3, n_head=2, n_embd=8, head="lm"),
+                                   task="bytes")
+    # the trajectory is the Euler flow of the vector field at model.times(): what the tangent equation follows
+    idx = torch.tensor([[5, 9, 2, 7]])
+    traj, times, dt = model.trajectory(idx), model.times(), model.dt()
+    assert len(traj) == len(times) + 1 and abs(dt * len(times) - 1) < 1e-12
+    with torch.no_grad():
+        for k, t in enumerate(times):
+            assert torch.allclose(traj[k + 1], traj[k] + dt * model.vector_field(traj[k], t), atol=1e-6)
+    out = tmp_path / "out"
+    analyze.main(["lyapunov", "--ckpt", path, "--out", str(out), "--text", "abcde", "--k", "3"])
+    res = json.loads((out / "lyapunov.json").read_text())
+    assert res["tokens"] == list("abcde") and res["steps"] == 3 and len(res["largest"]) == 5
+    assert all(v is None for v in res["largest"][0][1:])        # causal: no output sees a later input
+    assert len(res["exponents_of_output"]) == 5 and len(res["exponents_of_output"][0]) == 3
+    analyze.main(["spectra", "--ckpt", path, "--out", str(out), "--grid", "5"])
+    spec = json.loads((out / "spectra.json").read_text())
+    assert [r["depth"] for r in spec["rows"]] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    W = model.attention_weights(0.5)                          # the row at t = 0.5 is W(0.5)'s spectrum
+    qk, _ = analyze.head_spectra(W["q"], W["k"], W["v"], W["o"], 2)
+    assert np.allclose(np.array(spec["rows"][2]["qk"][1])[:, 0], qk[1].real)
+
+
+def test_experts_and_activation_of_a_transject(tmp_path):
+    pytest.importorskip("transject")
+    import test_train
+    lra = test_train.write_listops(tmp_path / "lra", 8, seed=1)
+    path, model = model_checkpoint(tmp_path / "tj.pt", "transject",
+                                   dict(vocab_size=16, block_size=64, n_layer=3, n_embd=16, dropout=0.0, head="cls",
+                                        n_classes=10, n_experts=4), data_dir=str(lra))
+    out = tmp_path / "out"
+    analyze.main(["experts", "--ckpt", path, "--out", str(out), "--n_seq", "5"])
+    res = json.loads((out / "experts.json").read_text())["models"][0]
+    assert res["n_layer"] == 3 and res["n_expert"] == 4
+    for w in res["expert_weights"]:                           # one convex combination per sample
+        w = np.array(w)
+        assert w.shape == (5, 4) and np.allclose(w.sum(1), 1) and (w >= 0).all()
+    assert all(0 < v < 1 / 3 for v in res["residual_weights"].values())
+    analyze.main(["activation", "--ckpt", path, "--out", str(out), "--n_seq", "4"])
+    act = json.loads((out / "activation.json").read_text())["models"][0]
+    assert len(act["activation_factor"]) == 4 and np.allclose(act["activation_factor"][0], 1.0)
