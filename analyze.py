@@ -30,7 +30,8 @@ cluster    DiffEqFormer appendix C.8: one attention head, 40 tokens on the unit 
 speed      training step (forward, backward, gradient clipping, AdamW) and inference forward of each model at
            each length, measured in interleaved rounds (medians; ratios as medians of per-round ratios); peak
            memory, tokens/s, FLOPs (torch.utils.flop_counter) and FLOP/s; our GPT beside nanoGPT's model.py
-           at nanoGPT's CPU configuration (--nanogpt PATH, a file outside this project). On a shared CPU,
+           at nanoGPT's CPU configuration (--nanogpt PATH, a file outside this project). --models may also
+           name an attention function alone (simple_attention, causal_simple_attention, softmax_attention). On a shared CPU,
            --threads 1 --clock cpu measures CPU time, which other programs disturb far less than wall time.
 """
 
@@ -844,6 +845,30 @@ def speed_model(name, length, args):
     return train.build_model(name, {k: v for k, v in cfg.items() if k in fields})
 
 
+# --models may also name one attention alone (simpletron.py's functions): q, k, v (batch, n_head, length, d)
+ATTENTION = {"simple_attention": lambda m, q, k, v, mask: m.simple_attention(q, k, v, mask),
+             "causal_simple_attention": lambda m, q, k, v, mask: m.causal_simple_attention(q, k, v),
+             "softmax_attention": lambda m, q, k, v, mask: m.softmax_attention(q, k, v, mask, causal=False)}
+
+
+def attention_steps(name, batch, length, args, device):
+    """(train_step, infer_step) of one attention function alone: forward + backward, forward."""
+    module = train.model_module("simpletron")
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(batch, args.n_head, length, args.n_embd // args.n_head, generator=g).to(device)
+               .requires_grad_() for _ in range(3))
+    mask = torch.ones(batch, length, dtype=torch.bool, device=device)
+
+    def train_step():
+        ATTENTION[name](module, q, k, v, mask).sum().backward()
+        q.grad = k.grad = v.grad = None
+
+    def infer_step():
+        with torch.no_grad():
+            ATTENTION[name](module, q, k, v, mask)
+    return {"train": train_step, "infer": infer_step, "flops_train": train_step}
+
+
 def make_steps(model, batch, length, vocab, head, device):
     """(train_step, infer_step) closures on a fixed random batch."""
     g = torch.Generator().manual_seed(0)
@@ -914,9 +939,9 @@ def cmd_speed(args):
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     models = [m.strip() for m in args.models.split(",") if m.strip()] if not args.compare_only else []
     for m in models:
-        if m not in train.MODELS:
-            raise UsageError(f"unknown model {m!r} in --models; choose from {', '.join(train.MODELS)}")
-        train.model_module(m)                                # UsageError if the file is not here yet
+        if m not in train.MODELS and m not in ATTENTION:
+            raise UsageError(f"unknown model {m!r} in --models; choose from {', '.join([*train.MODELS, *ATTENTION])}")
+        train.model_module(train.MODELS[m][0] if m in train.MODELS else "simpletron")  # UsageError if absent
     try:
         lengths = [int(v) for v in args.lengths.split(",") if v.strip()] if not args.compare_only else []
     except ValueError:
@@ -942,11 +967,15 @@ def _speed(args, device, models, lengths, nano):
     configs = []
     for L in lengths:
         for m in models:
-            model = speed_model(m, L, args).to(device)
-            steps = make_steps(model, args.batch, L, args.vocab, args.head, device)
+            if m in ATTENTION:
+                steps, params = attention_steps(m, args.batch, L, args, device), 0
+            else:
+                model = speed_model(m, L, args).to(device)
+                steps = make_steps(model, args.batch, L, args.vocab, args.head, device)
+                params = sum(p.numel() for p in model.parameters())
             for mode in ("train", "infer"):
-                configs.append(({"model": m, "length": L, "mode": mode, "batch": args.batch,
-                                 "params": sum(p.numel() for p in model.parameters())}, steps, mode))
+                configs.append(({"model": m, "length": L, "mode": mode, "batch": args.batch, "params": params},
+                                steps, mode))
     c = NANOGPT_CPU
     ours = train.build_model("softmax", dict(train.MODELS["softmax"][1], vocab_size=c["vocab"], block_size=c["block_size"],
                                              n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0,
@@ -994,12 +1023,14 @@ def _speed(args, device, models, lengths, nano):
     ratios = []
     for L in lengths:
         for mode in ("train", "infer"):
-            g = find("softmax", L, mode)
-            for other in ("simpletron", "transject", "diffeqformer"):
-                o = find(other, L, mode)
-                if g and o:
-                    ratios.append({"what": f"{other} / softmax tokens per second", "length": L, "mode": mode,
-                                   "ratio": paired(g, o)})
+            for base, others in (("softmax", ("simpletron", "transject", "diffeqformer")),
+                                 ("softmax_attention", ("simple_attention", "causal_simple_attention"))):
+                g = find(base, L, mode)
+                for other in others:
+                    o = find(other, L, mode)
+                    if g and o:
+                        ratios.append({"what": f"{other} / {base} tokens per second", "length": L, "mode": mode,
+                                       "ratio": paired(g, o)})
     if len(lengths) >= 2:
         for m in models:
             a, b = find(m, lengths[0], "train"), find(m, lengths[-1], "train")
@@ -1118,7 +1149,8 @@ def parse(argv):
     s["cluster"].add_argument("--weights", default="identity", help="W_0: identity (Q = K = V = I) or random "
                               "(I + 0.3 Gaussian)")
     sp = s["speed"]
-    sp.add_argument("--models", default="simpletron,softmax,transject,diffeqformer")
+    sp.add_argument("--models", default="simpletron,softmax,transject,diffeqformer",
+                    help="models of train.py, or one attention alone: " + ", ".join(ATTENTION))
     sp.add_argument("--lengths", default="1024,4096")
     sp.add_argument("--batch", type=int, default=1)
     sp.add_argument("--repeats", type=int, default=5, help="interleaved rounds (the median is reported)")

@@ -122,7 +122,7 @@ def simple_attention(q, k, v, mask):
         n = torch.tensor(q.shape[2])
     # SimpleAttention(Q_h, K_h, V_h) = Q_h (K_h^T V_h) / sqrt(n)                  (Section 3)
     KV = k.transpose(-2, -1) @ v                             # (B, H, d, d)
-    return (q @ KV) / n.to(q.dtype).sqrt()                   # (B, H, L, d); padded rows are never read
+    return q @ (KV / n.to(q.dtype).sqrt())                   # (B, H, L, d); scaled while d x d; padded rows unread
 
 
 def causal_simple_attention(q, k, v, chunk=64):
