@@ -415,6 +415,10 @@ def main(argv=None):
         print(f"resuming {args.out_dir} at step {start}")
 
     log_path = os.path.join(args.out_dir, "log.jsonl")
+    if ckpt is not None and os.path.isfile(log_path):        # steps after the checkpoint run again: drop them
+        with open(log_path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line)["step"] <= start]
+        data.atomic_write_text(log_path, "".join(kept))
     log = open(log_path, "a" if ckpt is not None else "w")
 
     def checkpoint(it):

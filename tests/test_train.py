@@ -52,6 +52,19 @@ def test_resume_replays_an_uninterrupted_run(lra, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_resume_after_a_crash_past_the_checkpoint_logs_each_step_once(lra, tmp_path):
+    common = ["--data_dir", lra, *TINY, "--eval_interval", "3"]
+    out = tmp_path / "run"
+    run(*common, "--max_iters", "3", "--out_dir", out)
+    saved = (out / "ckpt.pt").read_bytes()                                     # the checkpoint of step 3
+    run("--resume", "--out_dir", out, "--max_iters", "5")                      # the log reaches step 5 ...
+    (out / "ckpt.pt").write_bytes(saved)                                       # ... and a crash loses 4, 5
+    run("--resume", "--out_dir", out, "--max_iters", "6")
+    with open(out / "log.jsonl") as f:
+        steps = [r["step"] for r in map(json.loads, f) if "loss" in r]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
 def test_metrics_checkpoint_and_eval_on_other_data(lra, tmp_path):
     out = tmp_path / "run"
     m = run("--data_dir", lra, *TINY, "--max_iters", "4", "--out_dir", out)
