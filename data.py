@@ -1456,9 +1456,15 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
         vocab = 50257 if tokenizer in ("gpt2", "r50k_base") else get_tokenizer(tokenizer, "openwebtext").n_vocab
         dtype = id_dtype(vocab)
         for s in ("train", "val"):
-            if os.path.getsize(os.path.join(folder, f"{s}.bin")) % np.dtype(dtype).itemsize:
-                raise DataError(f"openwebtext: {os.path.join(folder, s + '.bin')} is not a file of "
+            size = os.path.getsize(os.path.join(folder, f"{s}.bin"))
+            if size == 0 or size % np.dtype(dtype).itemsize:
+                raise DataError(f"openwebtext: {os.path.join(folder, s + '.bin')} is empty or not a file of "
                                 f"{np.dtype(dtype).name} ids; use {OWT_LAYOUT}")
+        top = int(load_bin(os.path.join(folder, "val.bin"), dtype).max())   # val.bin is small
+        if top >= vocab:                                     # e.g. gpt2 ids read with --tokenizer byte
+            raise DataError(f"openwebtext: {os.path.join(folder, 'val.bin')} holds id {top}, outside --tokenizer "
+                            f"{tokenizer}'s {vocab:,} ids; nanoGPT's files hold gpt2 ids: use --tokenizer gpt2 "
+                            "(no download needed for them)")
         loaders = {s: (lambda p=os.path.join(folder, f"{s}.bin"): LMSplit(load_bin(p, dtype), block_size))
                    for s in ("train", "val")}
         return Task("openwebtext", "lm", vocab, block_size, 0, loaders)

@@ -560,6 +560,9 @@ def test_openwebtext_hugging_face_and_nanogpt_bins(tmp_path, hf):
     task = data.load_task("openwebtext", cache_dir=tmp_path / "c", data_dir=str(tmp_path / "owt"), tokenizer="gpt2",
                           block_size=8)
     assert task.vocab_size == 50257 and (np.array(task.split("val").stream) == ids["val"]).all()
+    with pytest.raises(data.DataError) as e:                 # gpt2 ids read as bytes: one line, not an IndexError
+        data.load_task("openwebtext", cache_dir=tmp_path / "c", data_dir=str(folder), tokenizer="byte")
+    assert_one_line_error(e, "val.bin holds id", "--tokenizer gpt2")
 
 
 def test_textfile_chars_and_bytes(tmp_path):
