@@ -319,7 +319,12 @@ def main(argv=None):
     if args.init_from:                                       # its model, and its task unless --task is given
         source = load_checkpoint(args.init_from)
         args.model = source["model_name"]
-        args.task = args.task or source["args"]["task"]
+        if args.task is None:                                # the same task: its data from the same place
+            args.task = source["args"]["task"]
+            for k in ("data_dir", "cache_dir", "tokenizer"):
+                if k not in given:
+                    setattr(args, k, source["args"][k])
+                    given.add(k)
         given |= {"model", "task"}
     if args.resume:                                          # the run's own flags, updated by the given ones
         if args.out_dir is None:

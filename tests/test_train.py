@@ -85,6 +85,9 @@ def test_metrics_checkpoint_and_eval_on_other_data(lra, tmp_path):
     # the same weights on the original test split give the original numbers
     m3 = run("--init_from", out / "ckpt.pt", "--eval_only", "--data_dir", lra, "--out_dir", tmp_path / "ev2")
     assert m3["test_acc"] == m["test_acc"] and m3["test_loss"] == pytest.approx(m["test_loss"], rel=1e-6)
+    # without --task and --data_dir: the checkpoint's task, read from where its run read it
+    m4 = run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", tmp_path / "ev3")
+    assert m4["test_acc"] == m["test_acc"] and m4["n_test"] == 64
 
 
 def test_attention_transfer_through_train(lra, tmp_path):
