@@ -9,7 +9,7 @@ Encoding" (Findings of EMNLP 2023). Non-normalised linear attention with orthogo
 so no n x n matrix is formed (O(n d^2)) and, with Σ scaled so that its largest entry is 1, Attn cannot expand
 a distance. Every map of the layer is kept injective and Lipschitz:
 
-    X0_t  = concat(Emb(x_t), PE_t)             Emb semi-orthogonal, PE sinusoidal, d/2 each      (§3.5)
+    X0_t  = concat(Emb(x_t), PE_t)             Emb semi-orthogonal (scaled), PE sinusoidal, d/2 each (§3.5)
     F_e(X) = ELU(X U_e Σ V_e)                   one (U_e, V_e) per expert; Σ from X0, shared      (Thm. 1)
     X^(l,e) = X + (α_l / L) F_e(X)              α_l = sigmoid(a_l) in (0, 1), starts near 0       (eq. 2)
     X^(l)  = Σ_e λ_e X^(l,e)                   λ = softmax over experts, one vector per sample   (eq. 3)
@@ -140,13 +140,18 @@ def masked_mean(X, mask, causal):
 
 class InjectiveEmbedding(nn.Module):
     """X0_t = concat(Emb(x_t), PE_t) (§3.5): concatenation keeps token and position apart (a sum could map two
-    different (token, position) pairs to one vector). Emb is semi-orthogonal: vocab x d/2 with orthonormal
-    columns, or orthonormal rows when the vocabulary is smaller than d/2 (then distinct tokens are orthogonal)."""
+    different (token, position) pairs to one vector). Emb = c E with E semi-orthogonal: vocab x d/2 with
+    orthonormal columns, or orthonormal rows when the vocabulary is smaller than d/2 (then distinct tokens are
+    orthogonal). The constant c gives a token the norm of its position encoding on average: E's rows have mean
+    squared norm min(V, k) / V, PE's rows k / 2. Without it, at V = 10,000 and k = 64, tokens have norm 0.08
+    beside positions of norm 5.7 (measured on PTB: validation perplexity 644 instead of 299 after 400 steps). A
+    constant factor keeps the map injective and leaves every ratio of distances as it was."""
 
     def __init__(self, config):
         super().__init__()
         k, V = config.n_embd // 2, config.vocab_size
         n, m = min(V, k), abs(V - k)
+        self.c = math.sqrt(k * V / (2 * n))                  # mean |c E_x|^2 = k / 2 = |PE_t|^2
         self.S = nn.Parameter(torch.randn(n, n) / math.sqrt(n))            # skew part S - S^T
         self.B = nn.Parameter(torch.randn(m, n) / math.sqrt(max(m, 1)))    # B^T B ~ I: rows of similar norms
         self.transpose = V < k
@@ -157,7 +162,7 @@ class InjectiveEmbedding(nn.Module):
 
     def weight(self):
         E = semi_orthogonal(skew(self.S), self.B)            # (max(V, k), min(V, k)) orthonormal columns
-        return E.T if self.transpose else E                  # (V, k)
+        return self.c * (E.T if self.transpose else E)       # (V, k)
 
     def forward(self, idx):                                  # idx (B, L) -> X0 (B, L, d)
         B, L = idx.shape
@@ -231,7 +236,8 @@ class Model(nn.Module):
                 G = (X[..., :, None] * X[..., None, :]).cumsum(1)   # (B, L, d, d) G_t = sum_{s<=t} x_s^T x_s
             else:
                 G = (X.transpose(1, 2) @ X)[:, None]         # (B, 1, d, d)
-            Sigma = torch.linalg.eigvalsh(G)                 # (B, 1 or L, d), ascending
+            Sigma = torch.linalg.eigvalsh(G.double()).to(X.dtype)  # (B, 1 or L, d) ascending; float64: the
+                                                             # first prefixes have rank t < d, many equal zeros
         else:
             U_s = cayley(skew(self.P_s))                     # (d, d) columns u_i
             # Σ_ii = u_i^T G u_i = sum_t (x_t . u_i)^2, with U_s fixed: the task loss does not move U_s

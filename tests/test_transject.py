@@ -82,10 +82,13 @@ def test_embedding_is_semi_orthogonal_and_concatenates_positions(vocab):
     model = tj.Model(config(vocab_size=vocab, n_embd=64))
     E = model.embed.weight()
     assert E.shape == (vocab, 32)
-    assert orthogonality_error(E if vocab > 32 else E.T) <= 1e-5   # orthonormal columns, or rows
+    c = model.embed.c
+    assert orthogonality_error(E / c if vocab > 32 else E.T / c) <= 1e-5   # orthonormal columns, or rows, times c
     idx = tokens((2, 9), vocab)
     X0 = model.embed(idx)
     torch.testing.assert_close(X0[..., :32], E[idx])
+    # c: a token's embedding has on average the norm of a position encoding (16 sine/cosine pairs: 16)
+    assert E.pow(2).sum(-1).mean().item() == pytest.approx(X0[0, :, 32:].pow(2).sum(-1).mean().item(), rel=1e-4)
     t, i = 7, 3                                              # PE_{t, 2i}, PE_{t, 2i+1}
     angle = torch.tensor(t / 10000 ** (2 * i / 32))
     torch.testing.assert_close(X0[1, t, 32 + 2 * i:32 + 2 * i + 2], torch.stack([angle.sin(), angle.cos()]))
