@@ -374,8 +374,8 @@ def main(argv=None):
         if args.lora_rank:                                   # LoRA on every linear map; freezes the rest
             model = model.with_lora(args.lora_rank, args.lora_alpha or args.lora_rank)
         trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        print(f"fine-tuning {args.steps} Euler steps{f' with LoRA rank {args.lora_rank}' * bool(args.lora_rank)}: "
-              f"{trainable / 1e6:.2f}M trainable parameters")
+        print(f"{'evaluating' if args.eval_only else 'fine-tuning'} the discretisation on {args.steps} Euler steps"
+              f"{f' with LoRA rank {args.lora_rank}' * bool(args.lora_rank)}: {trainable / 1e6:.2f}M trainable parameters")
     if args.transfer_from:                                   # SimpleTRON's Section 4.2
         import simpletron
         simple = load_checkpoint(args.transfer_from)
