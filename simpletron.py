@@ -135,17 +135,17 @@ def causal_simple_attention(q, k, v, chunk=64):
     """
     B, H, L, d = q.shape
     pad = -L % chunk
-    q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
+    if pad:
+        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
     N = (L + pad) // chunk
-    q, k, v = (x.view(B, H, N, chunk, d) for x in (q, k, v))  # (B, H, N, C, d)
+    q, k, v = (x.reshape(B, H, N, chunk, d) for x in (q, k, v))  # (B, H, N, C, d)
     KV = k.transpose(-2, -1) @ v                             # (B, H, N, d, d) each chunk's K^T V
     S = KV.cumsum(2) - KV                                    # (B, H, N, d, d) sum over earlier chunks
     inter = q @ S                                            # (B, H, N, C, d)
-    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=q.device).tril()
-    intra = (q @ k.transpose(-2, -1)).masked_fill(~causal, 0) @ v  # (B, H, N, C, d)
+    intra = (q @ k.transpose(-2, -1)).tril() @ v             # (B, H, N, C, d) s <= t inside the chunk
     y = (inter + intra).view(B, H, N * chunk, d)[:, :, :L]
     t = torch.arange(1, L + 1, device=q.device, dtype=q.dtype)
-    return y / t.sqrt()[:, None]                             # (B, H, L, d)
+    return y * t.rsqrt()[:, None]                            # (B, H, L, d)
 
 
 def softmax_attention(q, k, v, mask, causal):
@@ -181,7 +181,8 @@ class SelfAttention(nn.Module):
 
     def forward(self, x, mask):                              # x (B, L, D), mask (B, L) or None
         B, L, D = x.shape
-        q, k, v = self.qkv(x).view(B, L, 3, self.n_head, D // self.n_head).permute(2, 0, 3, 1, 4)
+        q, k, v = (z.view(B, L, self.n_head, D // self.n_head).transpose(1, 2)  # (B, H, L, d) each
+                   for z in self.qkv(x).split(D, dim=2))
         if self.kind == "softmax":
             y = softmax_attention(q, k, v, mask, self.causal)
         elif self.causal:
