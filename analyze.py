@@ -842,6 +842,8 @@ def speed_model(name, length, args):
     fields = {f.name for f in dataclasses.fields(train.model_module(name).Config)}
     cfg = dict(train.MODELS[name][1], vocab_size=args.vocab, block_size=length, n_layer=args.n_layer, n_head=args.n_head,
                n_embd=args.n_embd, dropout=0.0, bias=True, head=args.head, n_classes=10)
+    if args.time_dim:
+        cfg["time_dim"] = args.time_dim
     return train.build_model(name, {k: v for k, v in cfg.items() if k in fields})
 
 
@@ -1161,6 +1163,7 @@ def parse(argv):
     sp.add_argument("--n_embd", type=int, default=128)
     sp.add_argument("--vocab", type=int, default=256)
     sp.add_argument("--head", default="lm", help="lm (causal) or cls")
+    sp.add_argument("--time_dim", type=int, default=0, help="DiffEqFormer's d_t (default: its Config's)")
     sp.add_argument("--device", default="auto", help="auto, cpu or cuda")
     sp.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
     sp.add_argument("--clock", default="wall", help="wall (elapsed) or cpu (CPU time of the process: with "

@@ -276,7 +276,7 @@ def make_optimizer(model, args, device):
     no_decay = [p for p in params if p.dim() < 2]            # biases, norms, gates
     groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
-                             fused=device == "cuda")
+                             fused=device in ("cuda", "cpu"))              # one kernel for all parameters
 
 
 @torch.no_grad()
