@@ -335,6 +335,12 @@ def main(argv=None):
                 setattr(args, k, v)
         given |= set(ckpt["args"])
     overrides = resolve(args, given, config_names)
+    if args.init_from:                                       # never write over the run we start from
+        source_dir = os.path.dirname(os.path.abspath(args.init_from))
+        args.out_dir = args.out_dir or os.path.relpath(source_dir + ("-eval" if args.eval_only else "-finetune"))
+        if os.path.abspath(args.out_dir) == source_dir and not args.resume:
+            raise UsageError(f"--out_dir {args.out_dir} holds the checkpoint of --init_from, whose metrics.json "
+                             "and ckpt.pt this run would overwrite: choose another --out_dir")
     args.out_dir = args.out_dir or os.path.join("out", f"{args.model}-{args.task}")
 
     if args.device == "auto":

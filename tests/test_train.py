@@ -86,8 +86,12 @@ def test_metrics_checkpoint_and_eval_on_other_data(lra, tmp_path):
     m3 = run("--init_from", out / "ckpt.pt", "--eval_only", "--data_dir", lra, "--out_dir", tmp_path / "ev2")
     assert m3["test_acc"] == m["test_acc"] and m3["test_loss"] == pytest.approx(m["test_loss"], rel=1e-6)
     # without --task and --data_dir: the checkpoint's task, read from where its run read it
-    m4 = run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", tmp_path / "ev3")
-    assert m4["test_acc"] == m["test_acc"] and m4["n_test"] == 64
+    # and written beside the run, never over it: the run's own metrics.json is untouched
+    m4 = run("--init_from", out / "ckpt.pt", "--eval_only", "--data_dir", other)
+    assert json.loads((tmp_path / "run-eval" / "metrics.json").read_text())["n_test"] == 37
+    assert json.loads((out / "metrics.json").read_text()) == saved
+    m5 = run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", tmp_path / "ev3")
+    assert m5["test_acc"] == m["test_acc"] and m5["n_test"] == 64
 
 
 def test_attention_transfer_through_train(lra, tmp_path):
@@ -129,6 +133,7 @@ def cli(*argv, cwd):
 
 
 def test_bad_input_gives_one_clear_line(lra, tmp_path):
+    run("--data_dir", lra, *TINY, "--max_iters", "1", "--out_dir", tmp_path / "run")
     bad = tmp_path / "bad"
     bad.mkdir()
     (bad / "basic_train.tsv").write_text("Source\tTarget\n( [MAX 1 ) 2 ) ]\t2\n( [MAX 1 ) 2 ]\n")
@@ -141,6 +146,7 @@ def test_bad_input_gives_one_clear_line(lra, tmp_path):
         ("--data_dir", tmp_path / "nowhere"): "is not a folder",
         ("--variant", "resx"): "variant must be one of",
         ("--init_from", tmp_path / "none.pt", "--eval_only"): "no checkpoint at",
+        ("--init_from", tmp_path / "run" / "ckpt.pt", "--out_dir", tmp_path / "run"): "would overwrite",
     }
     for argv, message in cases.items():
         p = cli(*argv, cwd=tmp_path)
