@@ -85,11 +85,11 @@ def test_metrics_checkpoint_and_eval_on_other_data(lra, tmp_path):
     # the same weights on the original test split give the original numbers
     m3 = run("--init_from", out / "ckpt.pt", "--eval_only", "--data_dir", lra, "--out_dir", tmp_path / "ev2")
     assert m3["test_acc"] == m["test_acc"] and m3["test_loss"] == pytest.approx(m["test_loss"], rel=1e-6)
-    # without --task and --data_dir: the checkpoint's task, read from where its run read it
-    # and written beside the run, never over it: the run's own metrics.json is untouched
-    m4 = run("--init_from", out / "ckpt.pt", "--eval_only", "--data_dir", other)
+    # without --out_dir: written beside the run, never over it (the run's own metrics.json is untouched)
+    run("--init_from", out / "ckpt.pt", "--eval_only", "--data_dir", other)
     assert json.loads((tmp_path / "run-eval" / "metrics.json").read_text())["n_test"] == 37
     assert json.loads((out / "metrics.json").read_text()) == saved
+    # without --task and --data_dir: the checkpoint's task, read from where its run read it
     m5 = run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", tmp_path / "ev3")
     assert m5["test_acc"] == m["test_acc"] and m5["n_test"] == 64
 
