@@ -130,6 +130,7 @@ FLAGS = [
     ("beta2", float, 0.999, "AdamW beta2"),
     ("eps", float, 1e-8, "AdamW epsilon"),
     ("grad_clip", float, 1.0, "clip the gradient norm to this (0: off)"),
+    ("gate_lr_scale", float, 30.0, "scalar gates (TransJect's a_l, ReZero's alpha): learning rate = lr * this"),
     ("eval_interval", int, 250, "evaluate on val and write the checkpoint every this many steps"),
     ("eval_iters", int, 20, "batches of val to evaluate during training (the end uses all of val and test)"),
     ("log_interval", int, 10, "print a log line every this many steps"),
@@ -271,12 +272,33 @@ def learning_rate(args, step):                              # step counts from 1
 
 
 def make_optimizer(model, args, device):
+    """AdamW with three groups: matrices and embeddings (weight decay), vectors (biases, norms: none), and
+    scalar gates (0-dim: TransJect's a_l, ReZero's alpha; no decay, lr * gate_lr_scale). Adam moves every
+    parameter by about its lr per step whatever the gradient's size, so at the base lr a scalar gate could move
+    only sum_s lr_s (about 0.8 over 1,500 steps at lr 1e-3): too little for alpha_l = sigmoid(a_l) to leave its
+    start. Its own lr lets it reach its useful range; train.py reports each gate against that ceiling."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = [p for p in params if p.dim() >= 2]              # matrices and embeddings
-    no_decay = [p for p in params if p.dim() < 2]            # biases, norms, gates
-    groups = [{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    no_decay = [p for p in params if p.dim() == 1]           # biases, norms
+    gates = [p for p in params if p.dim() == 0]              # scalar gates
+    groups = [{"params": decay, "weight_decay": args.weight_decay, "lr_scale": 1.0},
+              {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
+              {"params": gates, "weight_decay": 0.0, "lr_scale": args.gate_lr_scale}]
     return torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
                              fused=device in ("cuda", "cpu"))              # one kernel for all parameters
+
+
+def gate_report(model, start, args, steps):
+    """Each scalar gate: its start, its value now and the farthest Adam could have moved it, sum_s lr_s * scale
+    (a step of Adam is at most about lr). A gate that used most of that budget is held back by its step size."""
+    budget = args.gate_lr_scale * sum(learning_rate(args, s) for s in range(1, steps + 1))
+    out = {}
+    for name, p in model.named_parameters():
+        if p.dim() == 0 and name in start:
+            moved = p.item() - start[name]
+            out[name] = {"start": start[name], "value": p.item(), "budget": budget,
+                         "used": abs(moved) / budget if budget else 0.0}
+    return out
 
 
 @torch.no_grad()
@@ -420,9 +442,14 @@ def main(argv=None):
     train_model = torch.compile(model) if args.compile else model
     optimizer = make_optimizer(model, args, device)
     start = 0
+    gate_start = {name: p.item() for name, p in model.named_parameters() if p.dim() == 0}
     if ckpt is not None:
+        if len(ckpt["optimizer"]["param_groups"]) != len(optimizer.param_groups):
+            raise UsageError(f"{args.out_dir}/ckpt.pt was written by an older train.py (other optimiser groups); "
+                             "start a new run instead of --resume")
         optimizer.load_state_dict(ckpt["optimizer"])
         start = ckpt["iter"]
+        gate_start = ckpt.get("gate_start", gate_start)
         print(f"resuming {args.out_dir} at step {start}")
 
     log_path = os.path.join(args.out_dir, "log.jsonl")
@@ -435,7 +462,7 @@ def main(argv=None):
     def checkpoint(it):
         save_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), {
             "model_name": args.model, "config": config_dict, "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(), "iter": it, "args": run_args})
+            "optimizer": optimizer.state_dict(), "iter": it, "args": run_args, "gate_start": gate_start})
 
     it, tokens, t_train = start, 0, 0.0
     window = {"loss": 0.0, "correct": 0, "count": 0, "steps": 0, "seconds": 0.0}  # one log interval
@@ -448,7 +475,7 @@ def main(argv=None):
             t0 = time.time()
             lr = learning_rate(args, it + 1)
             for group in optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr * group["lr_scale"]
             # the data and the dropout of step `it` depend on (seed, it) alone: resuming replays them exactly
             rng = np.random.default_rng([args.seed, it])
             torch.manual_seed(args.seed * 1_000_003 + it)
@@ -499,9 +526,13 @@ def main(argv=None):
     log.close()
     if stopped != "max_iters":
         print(f"stopped at step {it}: {stopped}")
+    gates = gate_report(model, gate_start, args, it)
+    for name, g in gates.items():
+        print(f"gate {name}: {g['start']:+.3f} -> {g['value']:+.3f}, {100 * g['used']:.0f}% of the "
+              f"{g['budget']:.2f} its learning rate allowed")
     return final_metrics({"iters": it, "stopped": stopped, "seconds": time.time() - t_start,
                           "train_seconds": t_train, "tokens_per_s": tokens / max(t_train, 1e-9),
-                          "n_params": n_params})
+                          "n_params": n_params, "gates": gates})
 
 
 if __name__ == "__main__":
