@@ -1,0 +1,351 @@
+"""
+The results tables, one command each: run every row at every seed, then write the table (mean ± std over
+the seeds, with reference baselines computed on the same split) into its block of docs/results.md.
+
+    python experiments.py --list                        # the tables and their runs
+    python experiments.py ptb [--data_dir DIR]          # DIR: Mikolov's ptb.{train,valid,test}.txt
+    python experiments.py listops-lra
+    python experiments.py ptb --seeds 0,1,2 --jobs 2    # two runs at a time, one thread each
+
+Each run is one `python train.py ...` into out/exp/TABLE/ROW-sSEED/. A run whose metrics.json exists is not
+run again, so an interrupted table continues where it stopped and `--report_only` rewrites the markdown from
+the runs on disk. Training is seeded (data order, initialisation, dropout) and evaluation is deterministic, so
+the same command on the same machine gives the same numbers.
+"""
+
+import argparse
+import collections
+import dataclasses
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+RESULTS_MD = os.path.join(ROOT, "docs", "results.md")
+
+
+@dataclasses.dataclass
+class Row:
+    name: str                 # the row's label in the table
+    flags: str                # train.py flags of this row (beside the table's common flags)
+    evals: tuple = ()         # (label, flags) of --init_from evaluations of each seed's checkpoint
+
+
+@dataclasses.dataclass
+class Table:
+    title: str
+    common: str               # train.py flags of every row
+    rows: list
+    baselines: object = None  # function(task, args) -> [(name, val, test)], computed on the same splits
+    compute: object = None    # instead of training runs: function(seeds) -> markdown, computed in this process
+
+
+# ----------------------------------------------------------------------------------------------
+# Reference baselines
+
+def ngram_perplexities(train, split):
+    """Unigram (add-one) and interpolated Kneser-Ney bigram (discount 0.75) perplexities on exactly the targets
+    train.py evaluates: every full window of the split, each target predicted from the token before it (the
+    model has that token too). Counts from the training stream. Continuation counts are add-one smoothed so that
+    a word never seen after another still has a probability."""
+    V = int(max(train.max(), split.stream.max())) + 1
+    uni = np.bincount(train, minlength=V).astype(np.float64)
+    p_uni = (uni + 1) / (uni.sum() + V)
+    prev, nxt = train[:-1].astype(np.int64), train[1:].astype(np.int64)
+    pairs = np.unique(prev * V + nxt)                        # distinct bigrams (v, w)
+    pv, pw = pairs // V, pairs % V
+    n_after = np.bincount(pv, minlength=V).astype(np.float64)   # N1+(v .): distinct words after v
+    n_before = np.bincount(pw, minlength=V).astype(np.float64)  # N1+(. w): distinct words before w
+    p_cont = (n_before + 1) / (n_before.sum() + V)
+    c_v = np.bincount(prev, minlength=V).astype(np.float64)     # c(v) as a context
+    counts = collections.Counter((prev * V + nxt).tolist())
+    D = 0.75
+    L, n = split.block_size, len(split)
+    x = split.stream[: n * L].astype(np.int64)               # inputs of every full window
+    y = split.stream[1: n * L + 1].astype(np.int64)          # their targets
+    c_vw = np.array([counts.get(int(k), 0) for k in (x * V + y)], dtype=np.float64)
+    cv = c_v[x]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        p_kn = np.where(cv > 0, np.maximum(c_vw - D, 0) / cv + D * n_after[x] / cv * p_cont[y], p_cont[y])
+    return {"unigram": math.exp(-np.log(p_uni[y]).mean()), "bigram": math.exp(-np.log(p_kn).mean())}
+
+
+def lm_baselines(task, args):
+    train = np.asarray(task.split("train").stream)
+    val, test = (ngram_perplexities(train, task.split(s)) for s in ("val", "test"))
+    return [("unigram, add-one", val["unigram"], test["unigram"]),
+            ("bigram, interpolated Kneser-Ney (D = 0.75)", val["bigram"], test["bigram"])]
+
+
+def deq_grid(seeds):
+    """How far n Euler steps of DiffEqFormer are from the flow of its vector field, on freshly initialised
+    PTB-shaped models (4 layers, 128 wide, d_t = 8; 2 x 64 random tokens; float64): |X_n - X_ref| / |X_ref - X_0|
+    with X_ref from 4,096 RK4 steps, each stage's weights W(t) made at its own t."""
+    import torch
+    import diffeqformer as D
+    steps = (4, 8, 16, 64, 256, 1024)
+    errors = {n: [] for n in steps}
+    for seed in seeds:
+        torch.manual_seed(seed)
+        c = D.Config(vocab_size=10001, block_size=64, n_layer=4, n_head=4, n_embd=128, time_dim=8, head="lm")
+        model = D.Model(c).double().eval()
+        with torch.no_grad():
+            X0, mask = model.embed(torch.randint(1, c.vocab_size, (2, 64)))
+
+            def f(X, t):
+                return D.vector_field(X, model.temporal.maps(torch.tensor([t], dtype=torch.float64))[0], c, mask)
+            ref = D.odeint(f, X0, 4096, "rk4")
+            for n in steps:
+                errors[n].append(((D.odeint(f, X0, n, "euler") - ref).norm() / (ref - X0).norm()).item())
+    lines = ["| Euler steps | " + " | ".join(f"{n:,}" for n in steps) + " |", "|---|" + "---:|" * len(steps),
+             "| relative distance to the flow at t = 1 | " + " | ".join(mean_std(errors[n], 3) for n in steps) + " |"]
+    return ("**DiffEqFormer's Euler grid against its own flow, at initialisation** (4 layers, 128 wide, d_t = 8, "
+            f"PTB's vocabulary, 2 × 64 random tokens, float64; seeds {', '.join(map(str, seeds))}). Each entry is "
+            "`|X_n − X_ref| / |X_ref − X_0|` at t = 1, X_ref from 4,096 RK4 steps. Reproduce: "
+            f"`python experiments.py deq-grid`.\n\n" + "\n".join(lines) + f"\n\nMachine: {machine()}.")
+
+
+# ----------------------------------------------------------------------------------------------
+# The tables
+
+PTB = ("--task ptb --n_layer 4 --n_embd 128 --block_size 64 --batch_size 16 --max_iters 1500 --lr 1e-3 --beta2 0.95 "
+       "--warmup 15 --schedule cosine --min_lr 0.1 --grad_clip 1.0 --eval_interval 500 --dropout 0.0")
+DISCRETE = (("`discretize(4)`, the training grid", "--steps 4 --eval_only"),
+            ("`discretize(8)`, no training", "--steps 8 --eval_only"),
+            ("8 steps, LoRA rank 4, 300 steps", "--steps 8 --lora_rank 4 --max_iters 300 --eval_interval 150"))
+LISTOPS_LRA = ("--task listops --max_iters 1000 --batch_size 16 --lr 5e-4 --warmup 100 --schedule cosine "
+               "--short_steps 400 --short_len 64 --n_layer 2 --n_embd 64 --dropout 0.0 --eval_interval 500")
+
+TABLES = {
+    "deq-grid": Table("DiffEqFormer's Euler grid against its own flow, at initialisation", "", [], compute=deq_grid),
+    "ptb": Table(
+        "Penn Treebank, word level: 4 layers, 128 wide, 64-token windows, batch 16, 1,500 steps",
+        PTB,
+        [Row("GPT (softmax, pre-LN)", "--model softmax --n_head 4 --norm pre"),
+         Row("DiffEqFormer (4 Euler steps, d_t = 8)", "--model diffeqformer --n_head 4 --time_dim 8", DISCRETE),
+         Row("SimpleTRON (causal, variant res)", "--model simpletron --n_head 4"),
+         Row("TransJect (learned Σ, E = 4)", "--model transject"),
+         Row("Random-TransJect", "--model transject --sigma random"),
+         Row("Transformer + ReZero", "--model softmax --n_head 4 --norm rezero"),
+         Row("Orthogonal Transformer (pre-LN)", "--model softmax --n_head 4 --norm pre --orthogonal true")],
+        lm_baselines),
+    "listops-lra": Table(
+        "LRA ListOps (generated by the LRA recipe): 2 layers, 64 wide, batch 16, 1,000 steps",
+        LISTOPS_LRA,
+        [Row("SimpleTRON (res)", "--model simpletron"),
+         Row("Transformer (softmax, post-LN)", "--model softmax"),
+         Row("TransJect (learned Σ, E = 4, max pooling)", "--model transject"),
+         Row("Random-TransJect", "--model transject --sigma random")]),
+}
+
+
+def slug(name):
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40]
+
+
+def run_dir(table, row, seed):
+    return os.path.join("out", "exp", table, f"{slug(row.name)}-s{seed}")
+
+
+def eval_dir(table, row, label, seed):
+    return os.path.join("out", "exp", table, f"{slug(row.name)}-{slug(label)}-s{seed}")
+
+
+def commands(name, table, seeds, data_dir):
+    """Every train.py command of the table, in order, as (out_dir, argv)."""
+    extra = f" --data_dir {shlex.quote(data_dir)}" if data_dir else ""
+    out = []
+    for seed in seeds:
+        for row in table.rows:
+            d = run_dir(name, row, seed)
+            out.append((d, f"{table.common} {row.flags}{extra} --seed {seed} --out_dir {d}"))
+            for label, flags in row.evals:
+                out.append((eval_dir(name, row, label, seed),
+                            f"--init_from {d}/ckpt.pt {flags} --seed {seed} --out_dir {eval_dir(name, row, label, seed)}"))
+    return out
+
+
+def run_all(cmds, jobs):
+    """Run the commands not yet done, `jobs` at a time (each with cores // jobs threads). An evaluation of a
+    checkpoint waits until the run that writes it has finished."""
+    todo = [(d, a) for d, a in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]
+    env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // jobs)))
+    running = []                                             # (out_dir, process)
+    for i, (d, a) in enumerate(todo):
+        argv = shlex.split(a)
+        source = os.path.dirname(argv[argv.index("--init_from") + 1]) if "--init_from" in argv else None
+        while len(running) >= jobs or any(r == source for r, _ in running):
+            running = reap(running)
+        os.makedirs(d, exist_ok=True)
+        print(f"[{i + 1}/{len(todo)}] python train.py {a}", flush=True)
+        with open(os.path.join(d, "stdout.txt"), "w") as log:
+            running.append((d, subprocess.Popen([sys.executable, "train.py", *argv], cwd=ROOT, env=env,
+                                                stdout=log, stderr=subprocess.STDOUT)))
+    while running:
+        running = reap(running)
+    failed = [d for d, _ in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]
+    if failed:
+        sys.exit(f"error: {len(failed)} runs did not finish; see {failed[0]}/stdout.txt")
+
+
+def reap(running):
+    """Wait a moment; return the runs still going, and say which failed."""
+    time.sleep(1)
+    going = []
+    for d, p in running:
+        if p.poll() is None:
+            going.append((d, p))
+        elif p.returncode != 0:
+            print(f"  failed (exit {p.returncode}): see {d}/stdout.txt", flush=True)
+    return going
+
+
+# ----------------------------------------------------------------------------------------------
+# The markdown
+
+def mean_std(values, digits):
+    if not values:
+        return "–"
+    m = statistics.mean(values)
+    s = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{m:.{digits}f} ± {s:.{digits}f}"
+
+
+def load_metrics(d):
+    with open(os.path.join(d, "metrics.json")) as f:
+        return json.load(f)
+
+
+def gate_cell(ms):
+    """TransJect: alpha_l / L = sigmoid(a_l) / L; ReZero: alpha. Mean over seeds and layers, and the ceiling."""
+    gates = [m.get("gates", {}) for m in ms]
+    if not gates or not gates[0]:
+        return ""
+    model, L = ms[0]["model"], ms[0]["config"]["n_layer"]
+    vals, used = [], []
+    for g in gates:
+        for name, v in g.items():
+            x = 1 / (1 + math.exp(-v["value"])) / L if model == "transject" else v["value"]
+            vals.append(x)
+            used.append(v["used"])
+    what = "α_l/L" if model == "transject" else "α"
+    return f"{what} {min(vals):.3f}–{max(vals):.3f}, {100 * max(used):.0f}% of step budget"
+
+
+def render(name, table, seeds, data_dir, baselines):
+    lm = None
+    lines = [f"**{table.title}.** Seeds {', '.join(map(str, seeds))}; mean ± standard deviation over the seeds. ",
+             f"Reproduce (and rewrite this block): `python experiments.py {name}"
+             f"{' --data_dir DIR' if data_dir else ''}`. Common flags: `{table.common}`.", ""]
+    rows = []
+    for row in table.rows:
+        ms = [load_metrics(run_dir(name, row, s)) for s in seeds]
+        lm = "val_ppl" in ms[0]
+        key, digits = ("ppl", 2) if lm else ("acc", 2)
+        scale = 1 if lm else 100
+        params = f"{ms[0]['n_params'] / 1e6:.2f}M" if ms[0]['n_params'] >= 1e6 else f"{ms[0]['n_params'] / 1e3:.0f}k"
+        rows.append((row.name, row.flags, params, mean_std([scale * m[f"val_{key}"] for m in ms], digits),
+                     mean_std([scale * m[f"test_{key}"] for m in ms], digits), gate_cell(ms)))
+        for label, flags in row.evals:
+            es = [load_metrics(eval_dir(name, row, label, s)) for s in seeds]
+            rows.append((f"↳ {label}", flags, "", mean_std([scale * m[f"val_{key}"] for m in es], digits),
+                         mean_std([scale * m[f"test_{key}"] for m in es], digits), ""))
+    unit = "ppl" if lm else "acc (%)"
+    any_gates = any(r[5] for r in rows)
+    lines.append(f"| model | flags | parameters | val {unit} | test {unit} |" + (" gates after training |" if any_gates else ""))
+    lines.append("|---|---|---:|---:|---:|" + ("---|" if any_gates else ""))
+    for r in rows:
+        lines.append(f"| {r[0]} | `{r[1]}` | {r[2]} | {r[3]} | {r[4]} |" + (f" {r[5]} |" if any_gates else ""))
+    for b, v, t in baselines:
+        v, t = (f"{v:.2f}", f"{t:.2f}") if lm else (f"{100 * v:.2f}", f"{100 * t:.2f}")
+        lines.append(f"| *baseline: {b}* | | | {v} | {t} |" + (" |" if any_gates else ""))
+    n = load_metrics(run_dir(name, table.rows[0], seeds[0]))
+    lines += ["", f"n_val = {n['n_val']:,}, n_test = {n['n_test']:,}. Machine: {machine()}."]
+    return "\n".join(lines)
+
+
+def machine():
+    import torch
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ", no GPU"
+    return f"{cpu}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
+
+
+def write_block(name, text, path=RESULTS_MD):
+    """Replace the text between <!-- results:NAME --> and <!-- /results:NAME --> (appended if absent)."""
+    begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
+    doc = open(path).read() if os.path.isfile(path) else "# Results\n"
+    block = f"{begin}\n{text}\n{end}"
+    if begin in doc and end in doc:
+        doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):]
+    else:
+        doc = doc.rstrip("\n") + f"\n\n{block}\n"
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(doc)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("table", nargs="?", help="one of: " + ", ".join(TABLES))
+    p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
+    p.add_argument("--data_dir", help="the task's files (otherwise Hugging Face or generated)")
+    p.add_argument("--jobs", type=int, default=1, help="runs at a time")
+    p.add_argument("--report_only", action="store_true", help="only rewrite the markdown from finished runs")
+    p.add_argument("--list", action="store_true", help="print every table's commands and stop")
+    a = p.parse_args(argv)
+    try:
+        seeds = [int(s) for s in a.seeds.split(",")]
+    except ValueError:
+        sys.exit(f"error: --seeds {a.seeds!r} must be comma-separated integers, e.g. 0,1,2")
+    if a.list:
+        for name, table in TABLES.items():
+            print(f"{name}: {table.title}")
+            for _, c in commands(name, table, seeds, a.data_dir):
+                print(f"  python train.py {c}")
+        return
+    if a.table not in TABLES:
+        sys.exit(f"error: choose a table: {', '.join(TABLES)} (or --list)")
+    if a.jobs < 1:
+        sys.exit(f"error: --jobs must be at least 1, not {a.jobs}")
+    table = TABLES[a.table]
+    if table.compute is not None:
+        text = table.compute(seeds)
+        write_block(a.table, text)
+        print(text)
+        return
+    cmds = commands(a.table, table, seeds, a.data_dir)
+    if not a.report_only:
+        run_all(cmds, a.jobs)
+    baselines = []
+    if table.baselines is not None:
+        import data
+        first = load_metrics(run_dir(a.table, table.rows[0], seeds[0]))["args"]
+        task = data.load_task(first["task"], cache_dir=first["cache_dir"], data_dir=first["data_dir"],
+                              tokenizer=first["tokenizer"], block_size=first.get("block_size") or
+                              load_metrics(run_dir(a.table, table.rows[0], seeds[0]))["config"]["block_size"])
+        baselines = table.baselines(task, first)
+    text = render(a.table, table, seeds, a.data_dir, baselines)
+    write_block(a.table, text)
+    print(text)
+    print(f"wrote the block results:{a.table} of {os.path.relpath(RESULTS_MD)}")
+
+
+if __name__ == "__main__":
+    main()
