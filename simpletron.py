@@ -300,6 +300,27 @@ class Model(nn.Module):
         loss = None if targets is None else F.cross_entropy(logits.float(), targets)
         return logits, loss
 
+    # --- generation: nanoGPT's generate; the state and the maths are in the section Generation below ---
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        """Continue each row of idx (B, L) by max_new_tokens sampled tokens: (B, L + max_new_tokens).
+        nanoGPT's semantics (logits of the last position / temperature, top_k, softmax, multinomial; top_k=1 is
+        greedy), computed recurrently (SimpleTRON) or with a KV cache (softmax); in eval mode, no dropout."""
+        return generate(self, idx, max_new_tokens, temperature, top_k)
+
+    @torch.no_grad()
+    def prefill(self, idx, capacity=None):
+        """Read a prompt idx (B, L) in the parallel form: (logits of its last position (B, V), the state).
+        capacity: the most tokens the state will hold (the KV cache's size; default block_size)."""
+        return prefill(self, idx, capacity)
+
+    @torch.no_grad()
+    def decode(self, idx_next, state):
+        """One more token per row, idx_next (B, 1), after the state's tokens: its logits (B, V); the state
+        is updated in place."""
+        return decode(self, idx_next, state)
+
 
 @torch.no_grad()
 def transfer_attention(source, target):
@@ -309,3 +330,167 @@ def transfer_attention(source, target):
         dst.attn.qkv.load_state_dict(src.attn.qkv.state_dict())
         dst.attn.qkv.requires_grad_(False)
     target.config.freeze_qkv = True
+
+
+# ----------------------------------------------------------------------------------------------
+# Generation (nanoGPT's model.generate), inference only: eval mode, no dropout, every weight made once
+# per call (the Orthogonal Transformer's Cayley maps included).
+#
+# Causal SimpleTRON is a recurrent network. With S_t the d x d state of one head after t tokens,
+#
+#     S_t = S_{t-1} + K_t^T V_t,   S_0 = 0                                     (causal form of Section 3)
+#     y_t = Q_t S_t / sqrt(t)
+#
+# which is causal_simple_attention's y_t = Q_t (sum_{s<=t} K_s^T V_s) / sqrt(t) one token at a time. The state
+# of a layer is S (B, H, d, d) and the count t: a new token costs O(H d^2) per layer at any context length.
+# The softmax GPT cannot be summed up like this: it keeps every K_s, V_s (the KV cache, (B, H, t, d) per
+# layer) and a new token attends to all t of them, O(t d) per head.
+#
+# The prompt is read in the parallel form (causal_simple_attention, or the causal SDPA), which also leaves
+# the state; then one token per step. Context beyond block_size: the learned positions stop at block_size,
+# so, as nanoGPT, the model sees only the last block_size tokens. Once the state holds block_size tokens it
+# is rebuilt from the last block_size tokens in the parallel form before the next one: every token of the
+# window moves one position down, so every K_s, V_s changes and the old state cannot be reused (subtracting
+# the oldest K^T V would leave the others at their old positions). Each such token costs one forward over
+# block_size tokens (what nanoGPT pays for every token), bounded by block_size, never by the text's length.
+
+
+class GenerationState:
+    """What generation keeps between tokens. t: the tokens read so far (their positions 0..t-1);
+    layers[l]: simple attention {"S": (B, H, d, d)}, softmax {"K", "V": (B, H, capacity, d), first t filled};
+    weights[l]: the layer's maps with their weights made once (see frozen)."""
+
+    def __init__(self, model, capacity):
+        self.t, self.capacity = 0, capacity
+        self.layers = [{} for _ in model.blocks]
+        self.weights = [frozen(block) for block in model.blocks]
+
+    def nbytes(self):                                       # the size of the per-layer state
+        return sum(x.numel() * x.element_size() for layer in self.layers for x in layer.values())
+
+
+def frozen(block):
+    """The maps of one block with their weights made once: x -> x W^T + b for qkv, out, fc, proj."""
+    def linear(m):
+        if isinstance(m, nn.Identity):
+            return m
+        W = m.weight                                         # OrthogonalLinear: the Cayley map, made here
+        return lambda x: F.linear(x, W, m.bias)
+    return {name: linear(m) for name, m in (("qkv", block.attn.qkv), ("out", block.attn.out),
+                                           ("fc", block.mlp.fc), ("proj", block.mlp.proj))}
+
+
+def causal_simple_attention_step(q, k, v, S, t):
+    """One token of causal_simple_attention, as a recurrence. q, k, v (B, H, 1, d) of the t-th token (t counts
+    from 1), S (B, H, d, d) = sum_{s<t} K_s^T V_s. Returns y_t (B, H, 1, d) and S_t."""
+    S = S + k.transpose(-2, -1) @ v                          # S_t = S_{t-1} + K_t^T V_t        (B, H, d, d)
+    return q @ S / math.sqrt(t), S                           # y_t = Q_t S_t / sqrt(t)          (B, H, 1, d)
+
+
+def attention_step(attn, x, cache, w, t0, capacity):
+    """SelfAttention.forward for T new tokens x (B, T, D) at positions t0..t0+T-1: either the prompt (t0 = 0,
+    the parallel form) or one token (T = 1) after the t0 tokens in cache, which it updates."""
+    B, T, D = x.shape
+    q, k, v = (z.view(B, T, attn.n_head, D // attn.n_head).transpose(1, 2)   # (B, H, T, d) each
+               for z in w["qkv"](x).split(D, dim=2))
+    if attn.kind == "softmax":                               # the KV cache
+        if t0 == 0:
+            cache["K"] = k.new_empty(*k.shape[:2], capacity, k.shape[-1])   # (B, H, capacity, d)
+            cache["V"] = torch.empty_like(cache["K"])
+        cache["K"][:, :, t0:t0 + T], cache["V"][:, :, t0:t0 + T] = k, v
+        if t0 == 0:                                          # the prompt: the forward's causal attention
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:                                                # softmax(q_t K_{1..t}^T / sqrt(d)) V_{1..t}
+            y = F.scaled_dot_product_attention(q, cache["K"][:, :, :t0 + T], cache["V"][:, :, :t0 + T])
+    elif t0 == 0:                                            # the prompt: the chunked parallel form, and
+        y = causal_simple_attention(q, k, v)                 # S_T = sum_{s<=T} K_s^T V_s for what follows
+        cache["S"] = k.transpose(-2, -1) @ v                 # (B, H, d, d)
+    else:
+        y, cache["S"] = causal_simple_attention_step(q, k, v, cache["S"], t0 + 1)
+    return w["out"](y.transpose(1, 2).reshape(B, T, D))      # concatenate the heads
+
+
+def block_step(block, x, cache, w, t0, capacity):
+    """Block.forward for the new tokens x (B, T, D); the MLP and the norms act on each token alone."""
+    def attn(z):
+        return attention_step(block.attn, z, cache, w, t0, capacity)
+
+    def mlp(z):
+        return w["proj"](F.gelu(w["fc"](z)))
+    if block.rezero:
+        h = x + block.alpha * attn(x)
+        h = h + block.alpha * mlp(h)
+    elif block.pre:
+        h = x + attn(block.ln1(x))
+        h = h + mlp(block.ln2(h))
+    else:
+        h = block.ln1(x + attn(x))
+        h = block.ln2(h + mlp(h))
+    return h + x if block.extra_skip else h
+
+
+def read_tokens(model, idx, state):
+    """Run the tokens idx (B, T) through the model after the state's tokens: logits of the last (B, V)."""
+    t0, T = state.t, idx.shape[1]
+    if t0 + T > min(state.capacity, model.config.block_size):
+        raise ValueError(f"the state holds {t0} tokens; {T} more exceed its capacity {state.capacity} "
+                         f"(block_size {model.config.block_size})")
+    x = model.wte(idx) + model.wpe.weight[t0:t0 + T]          # (B, T, D) token + position
+    for block, cache, w in zip(model.blocks, state.layers, state.weights):
+        x = block_step(block, x, cache, w, t0, state.capacity)
+    state.t += T
+    return model.lm_head(model.ln_f(x[:, -1]))               # (B, V)
+
+
+def check_lm(model):
+    if model.config.head != "lm":
+        raise ValueError(f"generation needs a language model (head lm), not head {model.config.head}")
+
+
+def prefill(model, idx, capacity=None):
+    check_lm(model)
+    if idx.dim() != 2 or idx.shape[1] < 1:
+        raise ValueError(f"the prompt must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
+    capacity = min(capacity or model.config.block_size, model.config.block_size)
+    state = GenerationState(model, capacity)
+    return read_tokens(model, idx, state), state
+
+
+def decode(model, idx_next, state):
+    if idx_next.dim() != 2 or idx_next.shape[1] != 1:
+        raise ValueError(f"decode takes one token per row, (B, 1), not {tuple(idx_next.shape)}")
+    return read_tokens(model, idx_next, state)
+
+
+def sample_next(logits, temperature=1.0, top_k=None):
+    """nanoGPT's sampling: logits (B, V) of the last position -> next token ids (B, 1)."""
+    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    logits = logits / temperature
+    if top_k is not None:                                    # keep the k largest, mask the rest
+        v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+        logits = logits.masked_fill(logits < v[:, [-1]], -math.inf)
+    return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+
+
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None):
+    check_lm(model)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, not {temperature} (top_k=1 is greedy)")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1 or None, not {top_k}")
+    if idx.dim() != 2 or idx.shape[1] < 1:
+        raise ValueError(f"idx must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
+    was_training, block_size = model.training, model.config.block_size
+    model.eval()
+    try:
+        state = None
+        for i in range(max_new_tokens):
+            if state is None or state.t == block_size:      # the prompt, or a full window: (re)build the state
+                context = idx[:, -block_size:]               # from the last block_size tokens
+                logits, state = prefill(model, context, context.shape[1] + max_new_tokens - i)
+            else:                                            # one token: constant cost (SimpleTRON)
+                logits = decode(model, idx[:, -1:], state)
+            idx = torch.cat([idx, sample_next(logits, temperature, top_k)], dim=1)
+    finally:
+        model.train(was_training)
+    return idx
