@@ -303,6 +303,27 @@ class Model(nn.Module):
             loss = loss + c.sigma_loss_weight * recon
         return logits, loss
 
+    # --- generation: nanoGPT's generate; the state and the maths are in the section Generation below ---
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        """Continue each row of idx (B, L) by max_new_tokens sampled tokens: (B, L + max_new_tokens).
+        nanoGPT's semantics (logits of the last position / temperature, top_k, softmax, multinomial; top_k=1 is
+        greedy), computed recurrently from running sums for Σ_t and λ_t; in eval mode, no dropout."""
+        return generate(self, idx, max_new_tokens, temperature, top_k)
+
+    @torch.no_grad()
+    def prefill(self, idx, capacity=None):
+        """Read a prompt idx (B, L) in the prefix-sum form: (logits of its last position (B, V), the state).
+        capacity is the interface's (the KV cache size of other models); the state here has a fixed size."""
+        return prefill(self, idx, capacity)
+
+    @torch.no_grad()
+    def decode(self, idx_next, state):
+        """One more token per row, idx_next (B, 1), after the state's tokens: its logits (B, V); the state
+        is updated in place."""
+        return decode(self, idx_next, state)
+
     # for analyze.py (figures 5 and 7 of the paper)
     @torch.no_grad()
     def expert_weights(self, idx):
@@ -320,3 +341,153 @@ class Model(nn.Module):
     def residual_weights(self):
         """α_l / L of every layer (eq. 2)."""
         return {f"layer {l + 1}": block.alpha().detach() / block.L for l, block in enumerate(self.blocks)}
+
+
+# ----------------------------------------------------------------------------------------------
+# Generation (nanoGPT's model.generate), inference only: eval mode, no dropout, every orthogonal matrix
+# (embedding, U_s, U_e, V_e, W1, W2) made once per call.
+#
+# The causal model is recurrent: Σ_t and λ_t are functions of prefix sums, so a state of fixed size carries
+# everything a new token needs. With m_s = 1 for a real token and 0 for padding (id 0), x_s = X0_s:
+#     n_t     = n_{t-1} + m_s                                   real tokens among 1..t
+#     learned: z_t = z_{t-1} + m_t (x_t U_s)^2  (d,)            Σ_t,ii = z_t,i = sum_s (x_s . u_i)^2    (§3.2)
+#     exact  : G_t = G_{t-1} + m_t x_t^T x_t   (d x d)          Σ_t = eigvalsh(G_t): O(d^3) per token
+#     random : Σ constant
+#     Σ_t / max_i Σ_t,i                                                                               (Cor. 2)
+#     per layer l, with X_t the layer's input:
+#     s_t^(l) = s_{t-1}^(l) + m_t X_t (d,)                     λ_t = softmax(gate(s_t / max(n_t, 1)))   (eq. 3)
+# and the rest of a layer (eq. 2, 3, §3.4) acts on each token alone. A new token costs O(E d^2) per layer
+# (exact Σ: plus one d x d eigendecomposition) at any context length. The prompt is read in the prefix-sum
+# form (cumulative sums over its tokens, as the forward), which leaves the sums of its last token.
+#
+# Context beyond block_size: the position encodings stop at block_size (the forward cannot read more), so, as
+# nanoGPT, the model sees only the last block_size tokens. Once the state holds block_size tokens it is rebuilt
+# from the last block_size tokens before the next one: every token of the window moves one position down, so
+# its X0_s, and with it every sum above, changes (nothing can be subtracted out). Each such token costs one
+# forward over block_size tokens, bounded by block_size, never by the text's length.
+
+
+class GenerationState:
+    """What generation keeps between tokens: t, the positions read so far; n (B, 1) real tokens among them;
+    z: the running sum behind Σ (learned (B, d); exact G_t (B, d, d) in float64; random None); s[l] (B, d) the
+    running sum of layer l's inputs; the weights made once. Sigma (B, T, d) and lam[l] (B, T, E) are the Σ_t
+    and λ_t of the tokens read last (for inspection)."""
+
+    def __init__(self, model):
+        c = model.config
+        self.t = 0
+        self.n = self.z = None
+        self.s = [None] * c.n_layer
+        self.Sigma, self.lam = None, [None] * c.n_layer
+        self.E = model.embed.weight()                                   # (V, d/2) c E, semi-orthogonal
+        self.U_s = cayley(skew(model.P_s)) if c.sigma == "learned" else None   # (d, d) columns u_i
+        self.layers = []
+        for block in model.blocks:
+            U, V, W = cayley(skew(block.P)).split([block.E, block.E, 2])      # (E, d, d), (E, d, d), (2, d, d)
+            b1, b2 = (0, 0) if block.b is None else block.b
+            self.layers.append(dict(U=U, V=V, W=W, b1=b1, b2=b2, alpha_L=block.alpha() / block.L))
+
+    def nbytes(self):                                       # the size of the running sums
+        return sum(x.numel() * x.element_size() for x in (self.n, self.z, *self.s) if x is not None)
+
+
+def layer_step(block, X, lam, Sigma, w):
+    """Layer.forward for T tokens X (B, T, d) given their λ_t (B, T, E) and Σ_t (B, T, d)."""
+    # F_e(X) = ELU(X U_e Σ V_e), all experts at once                                          (Thm. 1)
+    F_e = F.elu(((X[:, None] @ w["U"]) * Sigma[:, None]) @ w["V"])   # (B, E, T, d)
+    # X^(l) = X + α_l/L sum_e λ_e F_e(X)                                                        (eq. 2, 3)
+    X = X + w["alpha_L"] * torch.einsum("bte,betd->btd", lam, F_e)
+    # ORF(X) = X + α_l/L ELU(ELU(X W1 + b1) W2 + b2)                                             (§3.4)
+    return X + w["alpha_L"] * F.elu(F.elu(X @ w["W"][0] + w["b1"]) @ w["W"][1] + w["b2"])
+
+
+def read_tokens(model, idx, state):
+    """Run the tokens idx (B, T) through the model after the state's tokens: logits of the last (B, V).
+    Every running sum continues from the state: prefix sums over the T tokens, added to the state's."""
+    c, (B, T), t0 = model.config, idx.shape, state.t
+    if t0 + T > c.block_size:
+        raise ValueError(f"the state holds {t0} tokens; {T} more exceed block_size {c.block_size}")
+    X0 = torch.cat([state.E[idx], model.embed.PE[t0:t0 + T].expand(B, T, -1)], dim=-1)   # (B, T, d)  (§3.5)
+    m = (idx != 0)[..., None].to(X0.dtype)                  # (B, T, 1) real tokens
+    if state.n is None:                                      # an empty state: the sums start at zero
+        d = c.n_embd
+        state.n = X0.new_zeros(B, 1)
+        state.s = [X0.new_zeros(B, d) for _ in model.blocks]
+        state.z = (X0.new_zeros(B, d) if c.sigma == "learned" else
+                   X0.new_zeros(B, d, d, dtype=torch.float64) if c.sigma == "exact" else None)
+    n = state.n[:, None] + m.cumsum(1)                      # (B, T, 1) n_t
+    X = X0 * m                                               # padding adds nothing
+    if c.sigma == "random":
+        Sigma = (model.Sigma / model.Sigma.abs().max())[None, None]   # (1, 1, d)
+    else:
+        if c.sigma == "learned":                             # z_t = z_{t-1} + (x_t U_s)^2                (§3.2)
+            z = state.z[:, None] + ((X @ state.U_s) ** 2).cumsum(1)   # (B, T, d)
+            Sigma = z
+        else:                                                # G_t = G_{t-1} + x_t^T x_t, in float64
+            z = state.z[:, None] + (X[..., :, None] * X[..., None, :]).double().cumsum(1)   # (B, T, d, d)
+            Sigma = torch.linalg.eigvalsh(z).to(X0.dtype)    # (B, T, d)
+        state.z = z[:, -1]
+        Sigma = Sigma / Sigma.amax(-1, keepdim=True).clamp_min(1e-12)  # largest entry 1            (Cor. 2)
+    state.Sigma = Sigma
+    X = X0
+    for l, (block, w) in enumerate(zip(model.blocks, state.layers)):
+        s = state.s[l][:, None] + (X * m).cumsum(1)          # (B, T, d) s_t = s_{t-1} + m_t X_t
+        state.s[l] = s[:, -1]
+        lam = block.gate(s / n.clamp_min(1)).softmax(-1)     # (B, T, E) λ_t from the mean of 1..t       (eq. 3)
+        state.lam[l] = lam
+        X = layer_step(block, X, lam, Sigma, w)
+    state.n = n[:, -1]
+    state.t += T
+    return model.lm_head(X[:, -1])                           # (B, V)
+
+
+def check_lm(model):
+    if model.config.head != "lm":
+        raise ValueError(f"generation needs a language model (head lm), not head {model.config.head}")
+
+
+def prefill(model, idx, capacity=None):
+    check_lm(model)
+    if idx.dim() != 2 or idx.shape[1] < 1:
+        raise ValueError(f"the prompt must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
+    state = GenerationState(model)
+    return read_tokens(model, idx, state), state
+
+
+def decode(model, idx_next, state):
+    if idx_next.dim() != 2 or idx_next.shape[1] != 1:
+        raise ValueError(f"decode takes one token per row, (B, 1), not {tuple(idx_next.shape)}")
+    return read_tokens(model, idx_next, state)
+
+
+def sample_next(logits, temperature=1.0, top_k=None):
+    """nanoGPT's sampling: logits (B, V) of the last position -> next token ids (B, 1)."""
+    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    logits = logits / temperature
+    if top_k is not None:                                    # keep the k largest, mask the rest
+        v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+        logits = logits.masked_fill(logits < v[:, [-1]], -math.inf)
+    return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+
+
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None):
+    check_lm(model)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, not {temperature} (top_k=1 is greedy)")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1 or None, not {top_k}")
+    if idx.dim() != 2 or idx.shape[1] < 1:
+        raise ValueError(f"idx must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
+    was_training, block_size = model.training, model.config.block_size
+    model.eval()
+    try:
+        state = None
+        for i in range(max_new_tokens):
+            if state is None or state.t == block_size:      # the prompt, or a full window: (re)build the state
+                logits, state = prefill(model, idx[:, -block_size:])   # from the last block_size tokens
+            else:                                            # one token: constant cost
+                logits = decode(model, idx[:, -1:], state)
+            idx = torch.cat([idx, sample_next(logits, temperature, top_k)], dim=1)
+    finally:
+        model.train(was_training)
+    return idx
