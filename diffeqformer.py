@@ -439,6 +439,27 @@ class Model(nn.Module):
         loss = None if targets is None else F.cross_entropy(logits.float(), targets)
         return logits, loss
 
+    # --- generation: nanoGPT's generate; the KV caches and the maths are in the section Generation below --
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        """Continue each row of idx (B, L) by max_new_tokens sampled tokens: (B, L + max_new_tokens).
+        nanoGPT's semantics (logits of the last position / temperature, top_k, softmax, multinomial; top_k=1 is
+        greedy), with a KV cache per evaluation of f; every solver, the ODE and the discretised model."""
+        return generate(self, idx, max_new_tokens, temperature, top_k)
+
+    @torch.no_grad()
+    def prefill(self, idx, capacity=None):
+        """Read a prompt idx (B, L) in the parallel form: (logits of its last position (B, V), the state).
+        capacity: the most tokens the state will hold (the KV caches' size; default block_size)."""
+        return prefill(self, idx, capacity)
+
+    @torch.no_grad()
+    def decode(self, idx_next, state):
+        """One more token per row, idx_next (B, 1), after the state's tokens: its logits (B, V); the state
+        is updated in place."""
+        return decode(self, idx_next, state)
+
     # --- adaptive fine-tuning (section 6.2) -----------------------------------------------------
 
     @torch.no_grad()
@@ -518,3 +539,150 @@ class Model(nn.Module):
     def trajectory(self, idx):
         """[X_0, ..., X_n] for one sequence batch: X_k is where step k evaluates f (analyze.py's Lyapunov)."""
         return self.hidden_states(idx)[0]
+
+
+# ----------------------------------------------------------------------------------------------
+# Generation (nanoGPT's model.generate), inference only: eval mode, no dropout.
+#
+# In the causal model a token's state X_t(τ) at depth τ depends on the tokens 1..t alone, and f's attention at
+# an evaluation reads the keys and values of the earlier tokens at that same evaluation. odeint evaluates f in
+# a fixed order: n_layer steps x (1 stage for euler, 2 for midpoint, 4 for rk4); evaluation e of f is at the
+# time τ_e = stage_times(method, n_layer)[e], on the stage input Z_e (X_k, or X_k + h/2 k_1, ...). So the KV
+# cache is one per evaluation e (not one per layer):
+#     K_e, V_e (B, H, t, d)  the keys and values of LN1(Z_e; τ_e) of tokens 1..t                      (eq. 4)
+# and a new token runs the same solver on its own row, appending its k, v to each K_e, V_e and attending to
+# them: O(t d) per head and evaluation. All three solvers, the ODE model and the discretised one (Euler
+# only, its blocks hold W(t_k)). The weights W(τ_e) of every evaluation come from one batched pass through
+# the hypernetworks in prefill (step_maps, as a forward makes them) and are kept in the state: once per
+# generate call, not per token (and once more for each rebuild beyond block_size, below).
+#
+# Context beyond block_size: the learned positions (style gpt) stop at block_size, so, as nanoGPT, the model
+# sees only the last block_size tokens (style llama too, for the same behaviour). Once the caches hold
+# block_size tokens they are rebuilt from the last block_size tokens before the next one: every token of the
+# window moves one position down, which changes every key and value. Each such token costs one forward over
+# block_size tokens (what nanoGPT pays for every token).
+
+
+class GenerationState:
+    """What generation keeps between tokens: t, the tokens read so far; maps, {τ: the maps of f at τ} made
+    once; caches[e] {"K", "V": (B, H, capacity, d), first t filled} for each evaluation e of f."""
+
+    def __init__(self, model, capacity, dtype, device):
+        c = model.config
+        self.t, self.capacity = 0, capacity
+        self.maps = model.step_maps(c.method, dtype, device)   # W(τ) of every step and stage, one pass
+        self.caches = [{} for _ in stage_times(c.method, c.n_layer)]
+
+    def nbytes(self):                                        # the size of the KV caches
+        return sum(x.numel() * x.element_size() for cache in self.caches for x in cache.values())
+
+
+def rope_from(x, start):
+    """rope for the positions start, start + 1, ...: the new token after the cached ones. x (B, H, T, d)."""
+    T, d = x.shape[-2:]
+    theta = 10000 ** (-torch.arange(0, d, 2, dtype=x.dtype, device=x.device) / d)  # (d/2,)
+    angle = torch.arange(start, start + T, dtype=x.dtype, device=x.device)[:, None] * theta   # (T, d/2)
+    cos, sin = angle.cos(), angle.sin()
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def cached_vector_field(X, w, c, cache, t0, capacity):
+    """vector_field (eq. 2-5) for T new tokens X (B, T, D) at positions t0..t0+T-1, with the keys and values of
+    the t0 earlier tokens at this evaluation in cache (updated): the prompt (t0 = 0) or one token (T = 1)."""
+    B, T, D = X.shape
+    H = c.n_head
+    # (4) Q = X W_Q(t) + b_Q(t), K and V alike
+    q, k, v = w.qkv(w.ln1(X)).view(B, T, 3, H, D // H).permute(2, 0, 3, 1, 4)   # each (B, H, T, d)
+    if c.style == "llama":
+        q, k = (rope(q), rope(k)) if t0 == 0 else (rope_from(q, t0), rope_from(k, t0))
+    if t0 == 0:
+        cache["K"] = k.new_empty(B, H, capacity, D // H)                         # (B, H, capacity, d)
+        cache["V"] = torch.empty_like(cache["K"])
+    cache["K"][:, :, t0:t0 + T], cache["V"][:, :, t0:t0 + T] = k, v
+    if t0 == 0:                                                                  # the prompt: the forward's
+        Y = F.scaled_dot_product_attention(q, k, v, is_causal=True)              # causal attention
+    else:                                                                        # softmax(q_t K_{1..t}^T / sqrt(d)) V
+        Y = F.scaled_dot_product_attention(q, cache["K"][:, :, :t0 + T], cache["V"][:, :, :t0 + T])
+    attn = w.o(Y.transpose(1, 2).reshape(B, T, D))                               # (B, T, D)
+    # (5) MLP on each token alone
+    Z = w.fc(w.ln2(X))
+    if c.style == "gpt":
+        Z = F.gelu(Z)
+    else:
+        gate, Z = Z.chunk(2, dim=-1)
+        Z = F.silu(gate) * Z
+    return attn + w.proj(Z)
+
+
+def read_tokens(model, idx, state):
+    """Integrate the new tokens idx (B, T) from t = 0 to 1 beside the cached ones: logits of the last (B, V)."""
+    c, (B, T), t0 = model.config, idx.shape, state.t
+    if t0 + T > state.capacity:
+        raise ValueError(f"the state holds {t0} tokens; {T} more exceed its capacity {state.capacity} "
+                         f"(block_size {c.block_size})")
+    X = model.wte(idx)                                                           # (B, T, D) X(0)
+    if model.wpe is not None:
+        X = X + model.wpe.weight[t0:t0 + T]
+    caches = iter(state.caches)                                                  # evaluation e uses caches[e]
+
+    def f(X, t):
+        return cached_vector_field(X, state.maps[t], c, next(caches), t0, state.capacity)
+    X = odeint(f, X, c.n_layer, c.method)                                        # the same solver as flow()
+    state.t += T
+    return model.lm_head(model.ln_f(X[:, -1]))                                   # (B, V)
+
+
+def check_lm(model):
+    if model.config.head != "lm":
+        raise ValueError(f"generation needs a language model (head lm), not head {model.config.head}")
+
+
+def prefill(model, idx, capacity=None):
+    check_lm(model)
+    if idx.dim() != 2 or idx.shape[1] < 1:
+        raise ValueError(f"the prompt must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
+    capacity = min(capacity or model.config.block_size, model.config.block_size)
+    p = model.wte.weight
+    state = GenerationState(model, capacity, p.dtype, p.device)
+    return read_tokens(model, idx, state), state
+
+
+def decode(model, idx_next, state):
+    if idx_next.dim() != 2 or idx_next.shape[1] != 1:
+        raise ValueError(f"decode takes one token per row, (B, 1), not {tuple(idx_next.shape)}")
+    return read_tokens(model, idx_next, state)
+
+
+def sample_next(logits, temperature=1.0, top_k=None):
+    """nanoGPT's sampling: logits (B, V) of the last position -> next token ids (B, 1)."""
+    logits = logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    logits = logits / temperature
+    if top_k is not None:                                    # keep the k largest, mask the rest
+        v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
+        logits = logits.masked_fill(logits < v[:, [-1]], -math.inf)
+    return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
+
+
+def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None):
+    check_lm(model)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, not {temperature} (top_k=1 is greedy)")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1 or None, not {top_k}")
+    if idx.dim() != 2 or idx.shape[1] < 1:
+        raise ValueError(f"idx must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
+    was_training, block_size = model.training, model.config.block_size
+    model.eval()
+    try:
+        state = None
+        for i in range(max_new_tokens):
+            if state is None or state.t == block_size:      # the prompt, or a full window: (re)build the caches
+                context = idx[:, -block_size:]               # from the last block_size tokens
+                logits, state = prefill(model, context, context.shape[1] + max_new_tokens - i)
+            else:                                            # one token: attends to the cached keys and values
+                logits = decode(model, idx[:, -1:], state)
+            idx = torch.cat([idx, sample_next(logits, temperature, top_k)], dim=1)
+    finally:
+        model.train(was_training)
+    return idx
