@@ -7,6 +7,7 @@ Look inside the models: the papers' analyses, and a speed and memory benchmark.
     python analyze.py experts    --ckpt out/transject/ckpt.pt --out out/analysis         # TransJect fig. 5, 7
     python analyze.py cluster    --out out/analysis                                     # DiffEqFormer C.8
     python analyze.py speed      --out out/analysis --lengths 1024,4096 [--nanogpt /tmp/nanogpt/model.py]
+    python analyze.py speed      --out out/generate --lengths '' --generate --contexts 256,1024,4096
 
 Each subcommand writes OUT/SUBCOMMAND.json, at least one OUT/SUBCOMMAND*.png and prints a summary.
 Row-vector convention throughout, as in the papers: a token is a row x, a linear map is x W, so the
@@ -33,6 +34,10 @@ speed      training step (forward, backward, gradient clipping, AdamW) and infer
            at nanoGPT's CPU configuration (--nanogpt PATH, a file outside this project). --models may also
            name an attention function alone (simple_attention, causal_simple_attention, softmax_attention). On a shared CPU,
            --threads 1 --clock cpu measures CPU time, which other programs disturb far less than wall time.
+           --generate adds generation: milliseconds per new token after a prompt of each --contexts length
+           (model.prefill, untimed, then --new_tokens model.decode steps, timed), and the size of the state the
+           model keeps (SimpleTRON, TransJect: fixed; softmax GPT, DiffEqFormer: the KV cache). With --lengths ''
+           generation alone.
 """
 
 import argparse
@@ -879,7 +884,7 @@ def make_steps(model, batch, length, vocab, head, device):
          else torch.randint(0, 10, (batch,), generator=g)).to(device)
     # train.py's AdamW (decay on matrices and embeddings only: nanoGPT's groups too), nanoGPT's CPU betas
     opt = train.make_optimizer(model, types.SimpleNamespace(weight_decay=0.1, lr=1e-3, beta1=0.9, beta2=0.99,
-                                                            eps=1e-8), device)
+                                                            eps=1e-8, gate_lr_scale=1.0), device)
 
     def train_step():
         model.train()
@@ -951,6 +956,12 @@ def cmd_speed(args):
         raise UsageError(f"--lengths takes integers separated by commas, not {args.lengths!r}") from None
     if args.head not in ("lm", "cls"):
         raise UsageError("--head is lm or cls")
+    try:
+        args.context_list = [int(v) for v in args.contexts.split(",") if v.strip()] if args.generate else []
+    except ValueError:
+        raise UsageError(f"--contexts takes integers separated by commas, not {args.contexts!r}") from None
+    if args.generate and (not args.context_list or min(args.context_list) < 1 or args.new_tokens < 1):
+        raise UsageError("--generate needs --contexts of at least 1 token and --new_tokens of at least 1")
     nano = load_nanogpt(args.nanogpt) if args.nanogpt else None
     if args.clock not in ("wall", "cpu") or (args.clock == "cpu" and device == "cuda"):
         raise UsageError("--clock is wall, or cpu (CPU time; on a CPU device only)")
@@ -983,7 +994,8 @@ def _speed(args, device, models, lengths, nano):
     ours = train.build_model("softmax", dict(train.MODELS["softmax"][1], vocab_size=c["vocab"], block_size=c["block_size"],
                                              n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0,
                                              bias=c["bias"], head="lm", norm="pre")).to(device)
-    pair = [("softmax", ours)]
+    # the comparison with nanoGPT runs unless this is generation alone (--generate --lengths '')
+    pair = [("softmax", ours)] if lengths or nano is not None or not args.generate else []
     if nano is not None:
         with contextlib.redirect_stdout(open(os.devnull, "w")):
             theirs = nano.GPT(nano.GPTConfig(block_size=c["block_size"], vocab_size=c["vocab"], n_layer=c["n_layer"],
@@ -1000,7 +1012,7 @@ def _speed(args, device, models, lengths, nano):
     for _, steps, mode in configs:                           # warm-up (allocations, AdamW state)
         steps[mode]()
     times = [[] for _ in configs]
-    for r in range(args.repeats):                            # interleaved: every round times everything once
+    for r in range(args.repeats if configs else 0):          # interleaved: every round times everything once
         order = list(range(len(configs)))
         if r % 2:
             order.reverse()
@@ -1040,6 +1052,10 @@ def _speed(args, device, models, lengths, nano):
             ratios.append({"what": f"{m} training step, ms at {lengths[-1]} / ms at {lengths[0]} tokens",
                            "ratio": b["ms"] / a["ms"]})
     ng, og = find("nanogpt", c["block_size"], "train", "nanogpt-cpu"), find("softmax", c["block_size"], "train", "nanogpt-cpu")
+    if args.generate:
+        gen_records, gen_ratios = speed_generate(args, device, [m for m in models if m in train.MODELS])
+        records += gen_records
+        ratios += gen_ratios
     if ng:
         r = np.array(ng["ms_all"]) / np.array(og["ms_all"])
         ratios.append({"what": "nanoGPT / our GPT ms per iteration (nanoGPT CPU configuration, median of per-round "
@@ -1056,9 +1072,11 @@ def _speed(args, device, models, lengths, nano):
                                            "peak_mem_mb": PEAK_MEM_NOTE[device == "cuda"]})
     md = speed_table(records, ratios, machine)
     data.atomic_write_text(os.path.join(args.out, "speed.md"), md)
-    png = plot_speed(records, args.out, machine) if lengths else None
+    pngs = [plot_speed(records, args.out, machine)] if lengths else []
+    if any(r["mode"] == "generate" for r in records):
+        pngs.append(plot_generate(records, args.out, machine))
     print(md)
-    print(f"wrote {path}, {os.path.join(args.out, 'speed.md')}" + (f", {png}" if png else ""))
+    print(f"wrote {path}, {os.path.join(args.out, 'speed.md')}" + "".join(f", {p}" for p in pngs))
 
 
 PEAK_MEM_NOTE = {
@@ -1077,10 +1095,23 @@ def speed_table(records, ratios, machine):
              (f"; load average at the end {load[0]:.1f}" if load else "") + ".", "",
              "| model | config | batch x tokens | mode | ms | tokens/s | peak MiB | GFLOP | GFLOP/s |",
              "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    gen = [r for r in records if r["mode"] == "generate"]
+    records = [r for r in records if r["mode"] != "generate"]
+    if not records:
+        lines = lines[:2]
     for r in records:
         lines.append(f"| {r['model']} | {r.get('config', 'speed')} | {r['batch']} x {r['length']} | {r['mode']} | "
                      f"{r['ms']:.1f} | {r['tokens_per_s']:,.0f} | {r['peak_mem_mb']:.0f} | {r['flops'] / 1e9:.2f} | "
                      f"{r['flops_per_s'] / 1e9:.1f} |")
+    if gen:
+        lines += ["", f"Generation: milliseconds per new token after a prompt of `context` tokens (median over rounds "
+                      f"of the mean of {gen[0]['new_tokens']} decode steps), the prefill of the prompt, and the size of "
+                      "the state kept between tokens.", "",
+                  "| model | batch x context | ms per new token | new tokens/s | prefill ms | state MiB |",
+                  "|---|---|---:|---:|---:|---:|"]
+        for r in gen:
+            lines.append(f"| {r['model']} | {r['batch']} x {r['length']} | {r['ms']:.2f} | {r['tokens_per_s']:,.0f} | "
+                         f"{r['prefill_ms']:.1f} | {r['state_mb']:.2f} |")
     lines.append("")
     for q in ratios:
         where = f" at {q['length']} tokens ({q['mode']})" if "length" in q else ""
@@ -1088,33 +1119,184 @@ def speed_table(records, ratios, machine):
     return "\n".join(lines) + "\n"
 
 
+def log_ticks(ax, axis, values):
+    """Readable ticks on a log axis: at least two labelled values of 1-2-5 (or 1-1.5-2-3-...-8) times a power of
+    ten inside the data's range, widened to the nearest such values when the data span less than that."""
+    lo, hi = min(values) / 1.15, max(values) * 1.15
+    decades = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+    for mantissas in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8)):
+        cands = sorted(m * 10.0 ** e for e in decades for m in mantissas)
+        ticks = [v for v in cands if lo <= v <= hi]
+        if len(ticks) >= 3 or mantissas[-1] == 8:
+            break
+    if len(ticks) < 2:                                       # a narrow range: the candidates just outside
+        lo, hi = max(v for v in cands if v <= lo), min(v for v in cands if v >= hi)
+        ticks = [v for v in cands if lo <= v <= hi]
+    getattr(ax, f"set_{axis}lim")(lo, hi)
+    getattr(ax, f"set_{axis}ticks")(ticks, [f"{v:g}" for v in ticks])
+    getattr(ax, f"{axis}axis").set_minor_locator(matplotlib.ticker.NullLocator())
+
+
+def legend_below(fig, handles, ncol):
+    """One legend for the figure, under its panels, where it hides no line."""
+    fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=ncol, fontsize=8, frameon=False)
+
+
 def plot_speed(records, out, machine):
+    from matplotlib.lines import Line2D
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    rows = [r for r in records if "config" not in r and r["mode"] in ("train", "infer")]
+    names = list(dict.fromkeys(r["model"] for r in rows))
+    Ls = sorted({r["length"] for r in rows})
     for ax, key, ylabel in ((axes[0], "ms", "milliseconds per step"), (axes[1], "peak_mem_mb", "peak memory (MiB)")):
-        names = list(dict.fromkeys(r["model"] for r in records if "config" not in r))
+        ys = []
         for n_i, name in enumerate(names):
             for mode, ls in (("train", "-"), ("infer", "--")):
-                rs = sorted((r for r in records if r["model"] == name and r["mode"] == mode and "config" not in r),
-                            key=lambda r: r["length"])
+                rs = sorted((r for r in rows if r["model"] == name and r["mode"] == mode), key=lambda r: r["length"])
                 if rs:
-                    ax.plot([r["length"] for r in rs], [max(r[key], 1e-3) for r in rs], ls, marker="o",
-                            color=plt.cm.tab10(n_i), label=f"{name} {mode}")
+                    y = [max(r[key], 1e-3) for r in rs]
+                    ys += y
+                    ax.plot([r["length"] for r in rs], y, ls, marker="o", color=plt.cm.tab10(n_i))
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        Ls = sorted({r["length"] for r in records if "config" not in r})
         ax.set_xticks(Ls, [str(v) for v in Ls])
-        ax.minorticks_off()
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        if len(Ls) == 1:
+            ax.set_xlim(Ls[0] / 1.5, Ls[0] * 1.5)
+        if ys:
+            log_ticks(ax, "y", ys)
         ax.set_xlabel("sequence length (tokens)")
         ax.set_ylabel(ylabel)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    axes[0].set_title("time per training step (solid) and inference forward (dashed)")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_title("time per training step and inference forward")
     axes[1].set_title("peak memory of the step above the model's")
+    handles = [Line2D([], [], color=plt.cm.tab10(i), marker="o", label=name) for i, name in enumerate(names)]
+    handles += [Line2D([], [], color="0.3", ls="-", label="solid: training step (forward, backward, AdamW)"),
+                Line2D([], [], color="0.3", ls="--", label="dashed: inference forward")]
+    legend_below(fig, handles, ncol=min(len(handles), 4))
     fig.suptitle(f"Speed on {machine['device']}" + (f" ({machine['gpu']})" if machine["gpu"] else
                                                      f", {machine['threads']} torch thread(s), "
                                                      f"{'CPU' if machine['clock'] == 'cpu' else 'wall'} time") +
-                 f"; batch {records[0]['batch']}, medians of interleaved rounds")
+                 f"; batch {rows[0]['batch']}, medians of interleaved rounds")
     return save_fig(fig, out, "speed")
+
+
+# ----------------------------------------------------------------------------------------------
+# speed --generate: milliseconds per new token against the context length
+
+def generation_steps(model, batch, context, new_tokens, vocab, device):
+    """(prefill, decode) closures: prefill reads a fixed random prompt of `context` tokens into a new state;
+    decode runs new_tokens steps of model.decode on that state (fixed random tokens: the cost is what counts)."""
+    g = torch.Generator().manual_seed(0)
+    prompt = torch.randint(1, vocab, (batch, context), generator=g).to(device)
+    tokens = torch.randint(1, vocab, (batch, new_tokens), generator=g).to(device)
+    holder = {}
+
+    def prefill():
+        holder["state"] = model.prefill(prompt, capacity=context + new_tokens)[1]
+
+    def decode():
+        state = holder.pop("state")
+        for i in range(new_tokens):
+            model.decode(tokens[:, i:i + 1], state)
+        holder["size"] = state.nbytes()
+    return prefill, decode, holder
+
+
+def speed_generate(args, device, models):
+    """Generation benchmark: for each model and context, in interleaved rounds, a prefill of the prompt (timed
+    on its own) and then new_tokens decode steps timed together: ms per new token. Records and ratios."""
+    configs = []
+    for L in args.context_list:
+        for m in models:
+            fields = {f.name for f in dataclasses.fields(train.model_module(m).Config)}
+            cfg = dict(train.MODELS[m][1], vocab_size=args.vocab, block_size=L + args.new_tokens, n_layer=args.n_layer,
+                       n_head=args.n_head, n_embd=args.n_embd, dropout=0.0, bias=True, head="lm")
+            if args.time_dim:
+                cfg["time_dim"] = args.time_dim
+            model = train.build_model(m, {k: v for k, v in cfg.items() if k in fields}).to(device).eval()
+            configs.append(({"model": m, "length": L, "mode": "generate", "batch": args.batch,
+                             "new_tokens": args.new_tokens, "params": sum(p.numel() for p in model.parameters())},
+                            generation_steps(model, args.batch, L, args.new_tokens, args.vocab, device)))
+    print(f"generation on {device} ({torch.get_num_threads()} threads): {len(configs)} configurations, "
+          f"{args.repeats} interleaved rounds of {args.new_tokens} new tokens", flush=True)
+    with torch.no_grad():
+        for _, (prefill, decode, _) in configs:              # warm-up
+            prefill()
+            decode()
+        per_token = [[] for _ in configs]
+        prefill_ms = [[] for _ in configs]
+        for r in range(args.repeats):                        # interleaved: every round times everything once
+            order = list(range(len(configs)))
+            if r % 2:
+                order.reverse()
+            for i in order:
+                prefill, decode, _ = configs[i][1]
+                prefill_ms[i].append(timed(prefill, device, 1, args.clock))
+                per_token[i].append(timed(decode, device, 1, args.clock) / args.new_tokens)
+            print(f"  round {r + 1}/{args.repeats} done", flush=True)
+    records = []
+    for (rec, (_, _, holder)), ts, ps in zip(configs, per_token, prefill_ms):
+        ms = statistics.median(ts)
+        records.append({**rec, "ms": ms, "ms_all": ts, "tokens_per_s": rec["batch"] / (ms / 1000),
+                        "prefill_ms": statistics.median(ps), "state_mb": holder["size"] / 2 ** 20})
+
+    def find(model, L):
+        return next((r for r in records if r["model"] == model and r["length"] == L), None)
+
+    def paired(a, b):                                        # median over rounds of a's time / b's time
+        return float(np.median(np.array(a["ms_all"]) / np.array(b["ms_all"])))
+    ratios, Ls = [], args.context_list
+    if len(Ls) >= 2:
+        for m in models:
+            ratios.append({"what": f"{m} ms per new token at a {Ls[-1]}-token context / at {Ls[0]} (median of "
+                                   "per-round ratios)", "ratio": paired(find(m, Ls[-1]), find(m, Ls[0]))})
+    if "softmax" in models:
+        for L in Ls:
+            for m in models:
+                if m != "softmax":
+                    ratios.append({"what": f"{m} / softmax ms per new token", "length": L, "mode": "generate",
+                                   "ratio": paired(find(m, L), find("softmax", L))})
+    return records, ratios
+
+
+MARKERS = "osD^"
+
+
+def plot_generate(records, out, machine):
+    from matplotlib.lines import Line2D
+    rows = [r for r in records if r["mode"] == "generate"]
+    names = list(dict.fromkeys(r["model"] for r in rows))
+    Ls = sorted({r["length"] for r in rows})
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    for ax, key, ylabel in ((axes[0], "ms", "milliseconds per new token"),
+                            (axes[1], "state_mb", "state kept between tokens (MiB)")):
+        ys = []
+        for n_i, name in enumerate(names):
+            rs = sorted((r for r in rows if r["model"] == name), key=lambda r: r["length"])
+            y = [max(r[key], 1e-4) for r in rs]
+            ys += y                                          # later lines thinner: equal ones stay visible
+            ax.plot([r["length"] for r in rs], y, "-", marker=MARKERS[n_i % 4], color=plt.cm.tab10(n_i),
+                    lw=2.5 - 0.4 * n_i, ms=9 - 1.5 * n_i, alpha=0.85)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(Ls, [str(v) for v in Ls])
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+        if len(Ls) == 1:
+            ax.set_xlim(Ls[0] / 1.5, Ls[0] * 1.5)
+        log_ticks(ax, "y", ys)
+        ax.set_xlabel("context: tokens before the new one")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_title(f"time per new token (mean of {rows[0]['new_tokens']} decode steps)")
+    axes[1].set_title("recurrent state (fixed) or KV cache (grows)")
+    legend_below(fig, [Line2D([], [], color=plt.cm.tab10(i), marker=MARKERS[i % 4], label=name)
+                       for i, name in enumerate(names)], ncol=len(names))
+    fig.suptitle(f"Generation on {machine['device']}" + (f" ({machine['gpu']})" if machine["gpu"] else
+                                                          f", {machine['threads']} torch thread(s), "
+                                                          f"{'CPU' if machine['clock'] == 'cpu' else 'wall'} time") +
+                 f"; batch {rows[0]['batch']}, medians of interleaved rounds")
+    return save_fig(fig, out, "speed_generate")
 
 
 # ==============================================================================================
@@ -1170,6 +1352,10 @@ def parse(argv):
                     "--threads 1, robust to other programs sharing the CPU)")
     sp.add_argument("--nanogpt", help="path of karpathy/nanoGPT's model.py, outside this project")
     sp.add_argument("--compare_only", action="store_true", help="only our GPT vs nanoGPT at nanoGPT's CPU config")
+    sp.add_argument("--generate", action="store_true", help="also measure generation: ms per new token against the "
+                    "context length (with --lengths '': generation alone)")
+    sp.add_argument("--contexts", default="256,1024,4096", help="--generate: prompt lengths before the new tokens")
+    sp.add_argument("--new_tokens", type=int, default=32, help="--generate: decode steps timed per round")
     args = p.parse_args(argv)
     if args.command is None:
         raise UsageError("give a subcommand: " + ", ".join(helps) + " (python analyze.py --help)")
