@@ -1,0 +1,224 @@
+"""
+Sample text from a language model trained by train.py (nanoGPT's sample.py).
+
+    python sample.py --ckpt out/softmax-ptb/ckpt.pt --start "the company said" --num_samples 3 --max_new_tokens 40
+    python sample.py --ckpt out/x/ckpt.pt --start FILE:prompt.txt --temperature 0.8 --top_k 200 --seed 1337
+
+Each sample is the prompt followed by its continuation, samples separated by a line of dashes. The text is
+encoded and decoded with the checkpoint's own tokenizer, that of its task:
+    ptb                       the word vocabulary, rebuilt from the run's ptb.train.txt (its --data_dir, or the
+                              copy under its --cache_dir; --data_dir here if the files moved). Words are split on
+                              spaces, a line break is <eos>; a word outside the vocabulary is an error (PTB is
+                              lower case, rare words are <unk>, numbers N)
+    wikitext103, openwebtext  the run's --tokenizer (gpt2 by default, or byte) by tiktoken
+    textfile                  the run's characters (--tokenizer char, from its cache) or its tiktoken encoding
+SimpleTRON and TransJect generate recurrently (a state of fixed size per layer), the softmax GPT and
+DiffEqFormer with a KV cache; a model sees at most its block_size last tokens (see model.generate).
+"""
+
+import argparse
+import glob
+import os
+import sys
+
+import torch
+
+import data
+import train
+
+WORD_HELP = "PTB is lower case, rare words are <unk> and numbers N"
+
+
+class UsageError(Exception):
+    """Bad input: printed as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message):                                # one line, not a usage dump
+        raise UsageError(f"{message} (python sample.py --help)")
+
+
+def parse(argv):
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ckpt", required=True, help="a ckpt.pt written by train.py for a language-model task")
+    p.add_argument("--start", default="\n", help='the prompt, or FILE:path to read it from a file (default "\\n": '
+                   "a line break, for PTB the start of a sentence)")
+    p.add_argument("--num_samples", type=int, default=10, help="samples to draw (default 10)")
+    p.add_argument("--max_new_tokens", type=int, default=500, help="tokens generated per sample (default 500)")
+    p.add_argument("--temperature", type=float, default=0.8, help="< 1 sharper, > 1 more random (default 0.8)")
+    p.add_argument("--top_k", type=int, default=200, help="sample from the k most likely tokens only; 1 is greedy "
+                   "(default 200; 0: all)")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cuda, mps or cpu")
+    p.add_argument("--data_dir", help="where the run's data is now, if it moved (rebuilds a word vocabulary)")
+    args = p.parse_args(argv)
+    if args.num_samples < 1 or args.max_new_tokens < 0:
+        raise UsageError("--num_samples must be at least 1 and --max_new_tokens at least 0")
+    if not args.temperature > 0:
+        raise UsageError(f"--temperature must be > 0, not {args.temperature} (--top_k 1 is greedy)")
+    if args.top_k < 0:
+        raise UsageError(f"--top_k must be at least 1, or 0 for all tokens, not {args.top_k}")
+    if args.device not in ("auto", "cpu", "cuda", "mps") and not args.device.startswith("cuda:"):
+        raise UsageError(f"--device is auto, cpu, cuda or mps, not {args.device!r}")
+    return args
+
+
+def read_prompt(start):
+    if not start.startswith("FILE:"):
+        return start
+    path = start[len("FILE:"):]
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"--start FILE:{path}: cannot read it ({e.strerror or e})") from None
+
+
+# ----------------------------------------------------------------------------------------------
+# The checkpoint's tokenizer: encode(text) -> ids, decode(ids) -> text
+
+class Words:
+    """PTB's word vocabulary, numbered as data.ptb numbers it: the sorted words of the training file from 1."""
+
+    def __init__(self, train_file):
+        words = data.read_words(train_file)
+        self.itos = ["<pad>", *sorted(set(words))]           # id 0 is padding
+        self.stoi = {w: i for i, w in enumerate(self.itos) if i}
+        self.source = train_file
+
+    def encode(self, text):
+        words = []
+        for i, line in enumerate(text.split("\n")):          # a line break is <eos>, as in data.read_words
+            if i:
+                words.append("<eos>")
+            words += line.split()
+        unknown = next((w for w in words if w not in self.stoi), None)
+        if unknown is not None:
+            raise UsageError(f"word {unknown!r} of --start is not in the vocabulary of {len(self.stoi):,} words "
+                             f"of {self.source} ({WORD_HELP})")
+        return [self.stoi[w] for w in words]
+
+    def decode(self, ids):
+        lines = [[]]
+        for i in ids:
+            if self.itos[i] == "<eos>":
+                lines.append([])
+            else:
+                lines[-1].append(self.itos[i])
+        return "\n".join(" ".join(line) for line in lines)
+
+
+class Chars:
+    """textfile --tokenizer char: the distinct characters of the text numbered from 1 (data.textfile)."""
+
+    def __init__(self, chars):
+        self.chars = chars
+        self.stoi = {ch: i for i, ch in enumerate(chars, start=1)}
+
+    def encode(self, text):
+        unknown = next((ch for ch in text if ch not in self.stoi), None)
+        if unknown is not None:
+            raise UsageError(f"character {unknown!r} of --start does not occur in the training text")
+        return [self.stoi[ch] for ch in text]
+
+    def decode(self, ids):
+        return "".join(self.chars[i - 1] for i in ids if i > 0)   # id 0 (padding) prints as nothing
+
+
+class Tiktoken:
+    def __init__(self, enc):
+        self.enc = enc
+
+    def encode(self, text):
+        return self.enc.encode(text, allowed_special={"<|endoftext|>"})
+
+    def decode(self, ids):
+        return self.enc.decode(ids)
+
+
+def word_vocabulary(run_args, data_dir):
+    """PTB's vocabulary from the training file the run read: --data_dir given here, the run's --data_dir, or
+    the copy of the Hugging Face data under the run's --cache_dir."""
+    folder = data_dir or run_args.get("data_dir") or os.path.join(run_args.get("cache_dir") or "data", "ptb")
+    try:
+        found = data.locate("ptb", folder, "ptb.train.txt", ["simple-examples/data", "ptb"],
+                            "pass --data_dir DIR, the folder of the run's ptb.train.txt")
+        return Words(data.find_file(found, ["ptb.train.txt"], "ptb"))
+    except data.DataError as e:
+        raise UsageError(f"cannot rebuild the word vocabulary: {e}") from None
+
+
+def char_vocabulary(run_args, data_dir):
+    """textfile's characters, from meta.json of the run's token cache (built again from the text if absent)."""
+    src = data_dir or run_args.get("data_dir")
+    cache_dir = run_args.get("cache_dir") or "data"
+    data.load_task("textfile", cache_dir=cache_dir, data_dir=src, tokenizer="char")   # DataError if no text
+    files = [src] if os.path.isfile(src) else sorted(glob.glob(os.path.join(src, "*.txt")))
+    meta = data.load_json(os.path.join(cache_dir, "textfile", f"{data.source_key(files)}-char", "meta.json"))
+    return Chars(meta["chars"])
+
+
+def tokenizer_of(ckpt, data_dir=None):
+    """The encoder/decoder of the checkpoint's task, checked against the model's vocabulary."""
+    run_args, vocab_size = ckpt.get("args", {}), ckpt["config"]["vocab_size"]
+    task, name = run_args.get("task"), run_args.get("tokenizer") or "gpt2"
+    if task == "ptb":
+        tok = word_vocabulary(run_args, data_dir)
+        n = len(tok.itos)
+    elif task == "textfile" and name == "char":
+        tok = char_vocabulary(run_args, data_dir)
+        n = len(tok.chars) + 1
+    elif task in ("wikitext103", "openwebtext", "textfile"):
+        tok = Tiktoken(data.get_tokenizer(name, task))
+        n = tok.enc.n_vocab
+    else:
+        raise UsageError(f"no tokenizer for task {task!r} here; sample.py knows ptb, wikitext103, openwebtext, textfile")
+    if n != vocab_size:
+        raise UsageError(f"the {task} vocabulary rebuilt here has {n:,} ids but the checkpoint's model has "
+                         f"{vocab_size:,}: the data changed since training (or pass --data_dir, the run's data)")
+    return tok
+
+
+# ----------------------------------------------------------------------------------------------
+
+def main(argv=None, out=sys.stdout):
+    args = parse(sys.argv[1:] if argv is None else argv)
+    prompt = read_prompt(args.start)
+    ckpt = train.load_checkpoint(args.ckpt)                  # train.UsageError if missing or unreadable
+    if not isinstance(ckpt, dict) or not {"model_name", "config", "model"} <= set(ckpt):
+        raise UsageError(f"{args.ckpt} is not a train.py checkpoint (no model_name, config, model)")
+    head = ckpt["config"].get("head")
+    if head != "lm":
+        raise UsageError(f"{args.ckpt} is a classifier (head {head}, task {ckpt.get('args', {}).get('task')}); "
+                         "sample.py needs a language model: a checkpoint of ptb, wikitext103, openwebtext or textfile")
+    tok = tokenizer_of(ckpt, args.data_dir)
+    ids = tok.encode(prompt)
+    if not ids:
+        raise UsageError("--start is empty: give at least one token of text")
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    model = train.build_model(ckpt["model_name"], ckpt["config"])
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise UsageError(f"{args.ckpt}: the weights do not fit the model ({str(e).splitlines()[0]})") from None
+    model.to(device).eval()
+    torch.manual_seed(args.seed)
+    if device.startswith("cuda"):
+        torch.cuda.manual_seed(args.seed)
+    x = torch.tensor([ids], dtype=torch.long, device=device).repeat(args.num_samples, 1)   # (N, L)
+    y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None)
+    for row in y.tolist():
+        print(tok.decode(row), file=out)
+        print("---------------", file=out)
+    return y
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (UsageError, train.UsageError, data.DataError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
