@@ -1,0 +1,390 @@
+"""Generation: model.generate of every model against repeated full forwards (greedy, logits, sampling), the
+recurrent states against the parallel forms, sample.py end to end, analyze.py speed --generate."""
+
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import analyze
+import diffeqformer as de
+import sample
+import simpletron as st
+import train
+import transject as tj
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+V, BLOCK = 23, 12                                           # vocabulary, block_size of the tiny models
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def shaken(model, scale=0.3, seed=0):
+    """A float64 model in eval mode with its parameters moved off their initial values (ReZero's alpha and
+    LoRA's B start at 0, TransJect's a_l at -2: every branch must count) by a seeded random amount."""
+    g = torch.Generator().manual_seed(seed)
+    model = model.double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=g, dtype=p.dtype) * scale)
+    return model
+
+
+def simpletron(**kw):
+    return shaken(st.Model(st.Config(vocab_size=V, block_size=BLOCK, n_layer=2, n_head=2, n_embd=16, head="lm",
+                                     dropout=0.0, **kw)))
+
+
+def transject(**kw):
+    return shaken(tj.Model(tj.Config(vocab_size=V, block_size=BLOCK, n_layer=2, n_embd=16, n_experts=3, head="lm",
+                                     dropout=0.0, **kw)))
+
+
+def diffeq(**kw):
+    return shaken(de.Model(de.Config(vocab_size=V, block_size=BLOCK, n_layer=3, n_head=2, n_embd=16, time_dim=4,
+                                     time_freqs=8, head="lm", **kw)))
+
+
+def discretised():
+    model = diffeq().discretize(5).with_lora(2, 4.0)
+    return shaken(model, seed=1)                             # LoRA's B off zero too
+
+
+MODELS = {
+    "simpletron-res-post": lambda: simpletron(),
+    "simpletron-simple-pre": lambda: simpletron(variant="simple", norm="pre"),
+    "simpletron-resl-rezero-orthogonal": lambda: simpletron(variant="resl", norm="rezero", orthogonal=True),
+    "gpt": lambda: simpletron(attention="softmax", variant="vanilla", norm="pre"),
+    "transformer-post": lambda: simpletron(attention="softmax", variant="vanilla", norm="post"),
+    "transject-exact": lambda: transject(sigma="exact"),
+    "transject-learned": lambda: transject(sigma="learned"),
+    "transject-random": lambda: transject(sigma="random"),
+    "diffeqformer-euler": lambda: diffeq(),
+    "diffeqformer-midpoint-llama": lambda: diffeq(method="midpoint", style="llama"),
+    "diffeqformer-rk4": lambda: diffeq(method="rk4"),
+    "diffeqformer-shared": lambda: diffeq(weights="shared"),
+    "diffeqformer-discretised-lora": discretised,
+}
+
+
+def tokens(shape, seed=0, low=1):
+    return torch.randint(low, V, shape, generator=torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------------------------
+# generate against repeated full forwards
+
+@pytest.mark.parametrize("name", MODELS)
+def test_greedy_equals_argmax_of_repeated_full_forwards(name):
+    model = MODELS[name]()
+    idx = tokens((3, 5))
+    new = 15                                                 # 5 + 15 > block_size 12: the window slides too
+    out = model.generate(idx, new, top_k=1)
+    ref = idx
+    for _ in range(new):                                     # nanoGPT's loop: the last block_size tokens
+        logits, _ = model(ref[:, -BLOCK:])
+        ref = torch.cat([ref, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert out.shape == (3, 5 + new)
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_logits_at_every_position_equal_the_full_forward(name):
+    model = MODELS[name]()
+    x = tokens((2, BLOCK), seed=1, low=0)                    # 0 (padding) inside: TransJect masks it out
+    x[0, 4] = x[1, 7] = 0
+    full, _ = model(x)                                       # (2, BLOCK, V)
+    logits, state = model.prefill(x[:, :3])                  # the prompt in the parallel form ...
+    torch.testing.assert_close(logits, full[:, 2], rtol=0, atol=1e-12)
+    for t in range(3, BLOCK):                                # ... then the recurrence / the KV cache
+        logits = model.decode(x[:, t:t + 1], state)
+        torch.testing.assert_close(logits, full[:, t], rtol=0, atol=1e-12, msg=f"position {t}")
+    assert state.t == BLOCK
+    with pytest.raises(ValueError, match="exceed"):          # no position beyond block_size
+        model.decode(x[:, :1], state)
+
+
+def reference_sample(logits, temperature, top_k):
+    """nanoGPT's rule written out: logits / T, all but the k largest set to -inf, softmax, one draw."""
+    logits = logits / temperature
+    if top_k is not None:
+        kth = logits.sort(-1, descending=True).values[:, min(top_k, logits.shape[-1]) - 1:][:, :1]   # (B, 1)
+        logits = torch.where(logits >= kth, logits, torch.full_like(logits, -math.inf))
+    p = (logits - logits.amax(-1, keepdim=True)).exp()
+    return torch.multinomial(p / p.sum(-1, keepdim=True), 1)
+
+
+@pytest.mark.parametrize("name", ["simpletron-res-post", "gpt", "transject-learned", "diffeqformer-rk4"])
+@pytest.mark.parametrize("temperature, top_k", [(0.7, 3), (1.8, None), (1.0, 50)])
+def test_sampling_is_nanogpts_with_temperature_and_top_k(name, temperature, top_k):
+    model = MODELS[name]()
+    idx = tokens((4, 3), seed=2)
+    torch.manual_seed(7)
+    out = model.generate(idx, 10, temperature=temperature, top_k=top_k)
+    torch.manual_seed(7)                                     # the same draws from the full forwards
+    ref = idx
+    for _ in range(10):
+        logits, _ = model(ref[:, -BLOCK:])
+        ref = torch.cat([ref, reference_sample(logits[:, -1], temperature, top_k)], dim=1)
+    assert out.shape == (4, 13)
+    assert torch.equal(out, ref)
+    assert len(set(out[:, 3:].flatten().tolist())) > 1       # sampled, not a constant
+
+
+def test_top_k_keeps_exactly_the_k_most_likely_tokens():
+    model = MODELS["simpletron-res-post"]()
+    idx = tokens((1, 4), seed=3).repeat(400, 1)
+    logits, _ = model(idx[:1])
+    top4 = set(logits[0, -1].sort(descending=True).indices[:4].tolist())
+    torch.manual_seed(0)
+    out = model.generate(idx, 1, temperature=100.0, top_k=4)   # nearly uniform over the 4 kept tokens
+    assert set(out[:, -1].tolist()) == top4                  # none else, and each of the 4 (400 draws)
+    assert torch.equal(model.generate(idx[:2], 0), idx[:2])  # no new token: the prompt itself
+
+
+@pytest.mark.parametrize("module, make", [(st, lambda c: st.Model(st.Config(vocab_size=V, block_size=8, head=c))),
+                                          (tj, lambda c: tj.Model(tj.Config(vocab_size=V, block_size=8, head=c))),
+                                          (de, lambda c: de.Model(de.Config(vocab_size=V, block_size=8, head=c)))])
+def test_bad_arguments_fail_in_one_line(module, make):
+    idx = tokens((2, 3))
+    with pytest.raises(ValueError, match="head lm"):
+        make("cls").generate(idx, 2)
+    model = make("lm").train()
+    for kw in (dict(temperature=0.0), dict(top_k=0)):
+        with pytest.raises(ValueError):
+            model.generate(idx, 2, **kw)
+    with pytest.raises(ValueError, match="L >= 1"):
+        model.generate(idx[:, :0], 2)
+    model.generate(idx, 2)
+    assert model.training                                    # generate leaves the model in its own mode
+
+
+# ----------------------------------------------------------------------------------------------
+# recurrent states against the parallel forms, in float64
+
+@pytest.mark.parametrize("L", [1, 63, 64, 65, 130])
+def test_simpletron_recurrence_equals_the_chunked_parallel_form(L):
+    g = torch.Generator().manual_seed(L)
+    q, k, v = (torch.randn(2, 3, L, 5, generator=g, dtype=torch.float64) for _ in range(3))
+    parallel = st.causal_simple_attention(q, k, v, chunk=64)  # chunks of 64: L crosses 0, 1 or 2 boundaries
+    S = torch.zeros(2, 3, 5, 5, dtype=torch.float64)
+    for t in range(1, L + 1):
+        y, S = st.causal_simple_attention_step(q[:, :, t - 1:t], k[:, :, t - 1:t], v[:, :, t - 1:t], S, t)
+        # the state is sum_{s<=t} k_s^T v_s: K_{1..t}^T V_{1..t}, a dense product of the first t rows
+        S_ref = k[:, :, :t].transpose(-2, -1) @ v[:, :, :t]
+        torch.testing.assert_close(S, S_ref, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(y[:, :, 0], parallel[:, :, t - 1], rtol=1e-11, atol=1e-11, msg=f"t = {t}")
+        torch.testing.assert_close(y[:, :, 0], torch.einsum("bhi,bhij->bhj", q[:, :, t - 1], S_ref) / math.sqrt(t),
+                                   rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("L", [70, 130])
+def test_simpletron_state_after_a_long_prompt(L):
+    """prefill in the chunked parallel form leaves S = sum of K^T V over the prompt, across chunk boundaries."""
+    model = shaken(st.Model(st.Config(vocab_size=V, block_size=L + 1, n_layer=1, n_head=2, n_embd=8, head="lm",
+                                      dropout=0.0)))
+    x = tokens((2, L + 1), seed=4)
+    _, state = model.prefill(x[:, :L])
+    h = model.wte(x[:, :L]) + model.wpe.weight[:L]           # the layer's input (one layer)
+    q, k, v = model.blocks[0].attn.qkv(h).split(8, dim=2)
+    k, v = k.view(2, L, 2, 4), v.view(2, L, 2, 4)
+    torch.testing.assert_close(state.layers[0]["S"], torch.einsum("bthi,bthj->bhij", k, v), rtol=1e-11, atol=1e-11)
+    torch.testing.assert_close(model.decode(x[:, L:], state), model(x)[0][:, -1], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("sigma", ["exact", "learned", "random"])
+def test_transject_running_sums_equal_the_prefix_form(sigma):
+    L = 70
+    model = shaken(tj.Model(tj.Config(vocab_size=V, block_size=L, n_layer=2, n_embd=16, n_experts=3, head="lm",
+                                      dropout=0.0, sigma=sigma)))
+    x = tokens((2, L), seed=5, low=0)
+    x[0, :3] = 0                                             # padding first (n_t = 0) and inside
+    x[1, 40:45] = 0
+    mask = x != 0
+    X0 = model.embed(x)
+    Sigma, _ = model.spectrum(X0, mask)                      # (2, L or 1, d): prefix sums over 1..t
+    lam = model.expert_weights(x)                            # [(2, L, E)] per layer
+    _, state = model.prefill(x[:, :1])
+    steps = [(state.Sigma[:, -1], [l[:, -1] for l in state.lam])]
+    for t in range(1, L):
+        model.decode(x[:, t:t + 1], state)
+        steps.append((state.Sigma[:, -1], [l[:, -1] for l in state.lam]))
+    for t, (S_t, lam_t) in enumerate(steps):
+        torch.testing.assert_close(S_t.expand(2, -1), Sigma[:, min(t, Sigma.shape[1] - 1)].expand(2, -1),
+                                   rtol=1e-10, atol=1e-10, msg=f"Σ_t at t = {t}")
+        for layer, (a, b) in enumerate(zip(lam_t, lam)):
+            torch.testing.assert_close(a, b[:, t], rtol=1e-10, atol=1e-10, msg=f"λ_t of layer {layer} at t = {t}")
+    # the running sums themselves, from the written-out sums over the real tokens
+    X = X0 * mask[..., None]
+    if sigma == "exact":
+        G = sum(torch.einsum("bi,bj->bij", X[:, s], X[:, s]) for s in range(L))      # sum_s x_s^T x_s
+        torch.testing.assert_close(state.z, G, rtol=1e-11, atol=1e-11)
+    elif sigma == "learned":
+        U_s = tj.cayley(tj.skew(model.P_s))
+        torch.testing.assert_close(state.z, ((X @ U_s) ** 2).sum(1), rtol=1e-11, atol=1e-11)
+    else:
+        assert state.z is None
+    torch.testing.assert_close(state.n, mask.sum(1, keepdim=True).double())
+    torch.testing.assert_close(state.s[0], X.sum(1), rtol=1e-11, atol=1e-11)   # layer 1 reads X0
+
+
+def test_state_sizes_do_not_grow_for_the_recurrent_models():
+    sizes = {}
+    for name in ("simpletron-res-post", "transject-exact", "gpt", "diffeqformer-rk4"):
+        model = MODELS[name]()
+        _, a = model.prefill(tokens((1, 2)), capacity=BLOCK)
+        _, b = model.prefill(tokens((1, 10)), capacity=BLOCK)
+        for _ in range(2):
+            model.decode(tokens((1, 1)), b)
+        sizes[name] = (a.nbytes(), b.nbytes())
+    D, d = 16, 8
+    assert sizes["simpletron-res-post"] == (2 * 2 * d * d * 8,) * 2          # layers x heads x d x d float64
+    assert sizes["transject-exact"] == ((1 + 16 * 16 + 2 * 16) * 8,) * 2    # n, G_t, s per layer
+    assert sizes["gpt"] == (2 * 2 * BLOCK * D * 8,) * 2                       # K, V: capacity rows per layer
+    assert sizes["diffeqformer-rk4"] == (12 * 2 * BLOCK * D * 8,) * 2        # 3 steps x 4 stages
+
+
+# ----------------------------------------------------------------------------------------------
+# sample.py end to end
+
+PTB_WORDS = "the a company said it N <unk> stock market year shares new of in to and".split()
+
+
+def write_ptb(folder, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, n in (("train", 300), ("valid", 40), ("test", 40)):
+        lines = []
+        for _ in range(n):
+            ws = torch.randint(0, len(PTB_WORDS), (int(torch.randint(3, 9, (1,), generator=g)),), generator=g)
+            lines.append(" " + " ".join(PTB_WORDS[i] for i in ws) + " \n")
+        (folder / f"ptb.{name}.txt").write_text("".join(lines))
+    return folder
+
+
+TINY = ["--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--batch_size", "4", "--eval_iters", "1",
+        "--log_interval", "1", "--warmup", "1", "--max_iters", "3", "--eval_interval", "3", "--block_size", "16"]
+
+
+@pytest.fixture(scope="module")
+def ptb_ckpt(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ptb")
+    folder = write_ptb(root / "ptb")
+    train.main(["--model", "simpletron", "--task", "ptb", "--data_dir", str(folder), "--out_dir", str(root / "run"),
+                "--cache_dir", str(root / "cache"), *TINY])
+    return root / "run" / "ckpt.pt", folder
+
+
+def run_sample(*argv):
+    out = io.StringIO()
+    y = sample.main([str(a) for a in argv], out=out)
+    return y, out.getvalue()
+
+
+def test_sample_py_decodes_words_with_the_training_vocabulary(ptb_ckpt, tmp_path):
+    ckpt, folder = ptb_ckpt
+    y, text = run_sample("--ckpt", ckpt, "--start", "the company said\nit", "--num_samples", 3,
+                         "--max_new_tokens", 7, "--seed", 1, "--device", "cpu")
+    # the vocabulary as the test builds it: sorted words of the training file (+ <eos>), numbered from 1
+    words = sorted({w for line in (folder / "ptb.train.txt").read_text().splitlines() for w in line.split()} | {"<eos>"})
+    itos = dict(enumerate(words, start=1))
+    assert y.shape == (3, 5 + 7)                              # the, company, said, <eos>, it + 7
+    assert [itos[i] for i in y[0, :5].tolist()] == ["the", "company", "said", "<eos>", "it"]
+    samples = text.split("---------------\n")
+    assert len(samples) == 4 and samples[-1] == ""
+    for row, s in zip(y.tolist(), samples):
+        lines = [[]]                                          # <eos> ends a line, words between spaces
+        for w in (itos.get(i, "<pad>") for i in row):
+            lines.append([]) if w == "<eos>" else lines[-1].append(w)
+        assert s == "\n".join(" ".join(line) for line in lines) + "\n"
+        assert s.startswith("the company said\nit")
+    # the same with the prompt in a file, and the same seed: the same samples
+    (tmp_path / "prompt.txt").write_text("the company said\nit")
+    y2, text2 = run_sample("--ckpt", ckpt, "--start", f"FILE:{tmp_path / 'prompt.txt'}", "--num_samples", 3,
+                           "--max_new_tokens", 7, "--seed", 1, "--device", "cpu")
+    assert torch.equal(y, y2) and text == text2
+
+
+def test_sample_py_bad_input_is_one_line(ptb_ckpt, tmp_path):
+    ckpt, folder = ptb_ckpt
+    cls = st.Model(st.Config(vocab_size=V, block_size=8, head="cls"))
+    torch.save({"model_name": "simpletron", "config": vars(cls.config), "model": cls.state_dict(),
+                "args": {"task": "listops"}}, tmp_path / "cls.pt")
+    cases = [(["--ckpt", tmp_path / "none.pt"], "no checkpoint"),
+             (["--ckpt", tmp_path / "cls.pt"], "classifier"),
+             (["--ckpt", ckpt, "--start", "the zebra"], "zebra"),
+             (["--ckpt", ckpt, "--start", "FILE:" + str(tmp_path / "none.txt")], "cannot read"),
+             (["--ckpt", ckpt, "--start", " "], "empty"),
+             (["--ckpt", ckpt, "--temperature", "0"], "temperature"),
+             (["--ckpt", ckpt, "--data_dir", tmp_path], "vocabulary")]
+    for argv, what in cases:
+        with pytest.raises((sample.UsageError, train.UsageError), match=what) as e:
+            run_sample(*argv)
+        assert "\n" not in str(e.value)
+    # and from the command line: one line on stderr, no traceback, status 2
+    p = subprocess.run([sys.executable, "sample.py", "--ckpt", str(ckpt), "--start", "the zebra"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: word 'zebra'"), p.stderr
+
+
+@pytest.mark.parametrize("tokenizer", ["char", "byte"])
+def test_sample_py_textfile(tokenizer, tmp_path):
+    text = "to be, or not to be: that is the question.\n" * 40
+    (tmp_path / "t.txt").write_text(text)
+    train.main(["--model", "transject", "--task", "textfile", "--data_dir", str(tmp_path / "t.txt"), "--tokenizer",
+                tokenizer, "--cache_dir", str(tmp_path / "cache"), "--out_dir", str(tmp_path / "run"), *TINY])
+    y, out = run_sample("--ckpt", tmp_path / "run" / "ckpt.pt", "--start", "to be", "--num_samples", 2,
+                        "--max_new_tokens", 6, "--device", "cpu")
+    chars = sorted(set(text))
+    if tokenizer == "char":                                  # ids are the sorted characters from 1
+        assert y[:, :5].tolist() == [[chars.index(c) + 1 for c in "to be"]] * 2
+        decoded = ["".join(chars[i - 1] for i in row if i) for row in y.tolist()]
+    else:                                                    # ids are the bytes (256: <|endoftext|>)
+        assert y[:, :5].tolist() == [list(b"to be")] * 2
+        decoded = [bytes(i for i in row if i < 256).decode("utf-8", "replace") for row in y.tolist()]
+    assert out == "".join(f"{s}\n---------------\n" for s in decoded)
+
+
+# ----------------------------------------------------------------------------------------------
+# analyze.py speed --generate (records, not times: no test is timed)
+
+def test_speed_generate_records(tmp_path):
+    out = tmp_path / "speed"
+    analyze.main(["speed", "--out", str(out), "--lengths", "", "--generate", "--contexts", "8,24", "--new_tokens", "2",
+                  "--repeats", "1", "--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--vocab", "32", "--time_dim", "2"])
+    records = json.loads((out / "speed.json").read_text())
+    assert {(r["model"], r["length"]) for r in records} == {(m, L) for m in train.MODELS for L in (8, 24)}
+    assert all(r["mode"] == "generate" and r["ms"] > 0 and r["new_tokens"] == 2 for r in records)
+    state = {(r["model"], r["length"]): r["state_mb"] for r in records}
+    for m in ("simpletron", "transject"):                    # a state of fixed size
+        assert state[m, 8] == state[m, 24] > 0
+    for m in ("softmax", "diffeqformer"):                    # the KV cache: capacity context + new tokens
+        assert state[m, 24] / state[m, 8] == pytest.approx((24 + 2) / (8 + 2))
+    summary = json.loads((out / "speed_summary.json").read_text())
+    assert any("ms per new token at a 24-token context / at 8" in q["what"] for q in summary["ratios"])
+    assert (out / "speed_generate.png").exists() and "ms per new token" in (out / "speed.md").read_text()
+    assert not (out / "speed.png").exists()                  # generation alone: no training benchmark
+
+
+@pytest.mark.parametrize("values", [[31.0, 44.0], [0.9, 1.05], [3.0, 4000.0], [0.0123]])
+def test_log_axes_get_at_least_two_ticks_around_the_data(values):
+    fig, ax = analyze.plt.subplots()
+    ax.set_yscale("log")
+    analyze.log_ticks(ax, "y", values)
+    ticks = ax.get_yticks()
+    lo, hi = ax.get_ylim()
+    assert len(ticks) >= 2 and lo <= min(values) and max(values) <= hi
+    assert all(lo <= t <= hi for t in ticks)
+    analyze.plt.close(fig)
