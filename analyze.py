@@ -20,7 +20,10 @@ spectra    per head h, QK_h = W_Q^h (W_K^h)^T and OV_h = W_V^h W_O^h (D x D, ran
 lyapunov   token-level Lyapunov exponents (DiffEqFormer section 5.2, appendix B): along the stored Euler
            trajectory X_k, J_ji(t_k) = d f_j / d x_i (D x D, torch.func.jacrev), the tangent equation
            dQ/dt = J_ji Q from Q = I with the same Euler steps, Householder QR after every step (written
-           out below), lambda = sum_k log|diag R_k| / T.
+           out below), lambda = sum_k log|diag R_k| / T. This is the paper's quantity, and it is not the
+           flow's own sensitivity for i != j: it follows prod_k (I + dt J_ji(t_k)), one off-diagonal block
+           alone, while d x_j(1) / d x_i(0) mixes every block along the way (the product of the full
+           (N D) x (N D) step Jacobians). --k K follows only the K most expanding directions (default 8 of D).
 activation TransJect eq. 5, the activation factor A^(l) = E_X E_{i != j} |X_i^l - X_j^l| / |X_i^0 - X_j^0|,
            and eq. 6, the differential entropy of each token's D coordinates (their empirical density:
            a Gaussian kernel density estimate, leave-one-out), per layer, for any model of the project.
@@ -187,6 +190,8 @@ def token_jacobians(f, X, t):
 def token_lyapunov(f, trajectory, times, dt, k=None, outputs=None):
     """Token-level Lyapunov exponents (DiffEqFormer section 5.2): for output token j and input token i,
     integrate dQ/dt = J_ji(t) Q along the stored trajectory (X_s, evaluated at times[s]).
+    For i != j this propagates prod_s (I + dt J_ji(t_s)): one block of the step Jacobians on its own, the paper's
+    definition, not the block (j, i) of the flow's Jacobian d x_j(1) / d x_i(0), which mixes all blocks.
 
     f(X, t): the vector field, (N, D) -> (N, D). trajectory: X_0 .. X_{S-1}, each (N, D), the states where
     the S Euler steps evaluate f. outputs: the output tokens j (default all).

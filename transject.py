@@ -18,6 +18,9 @@ a distance. Every map of the layer is kept injective and Lipschitz:
 Per token, given Σ and λ, F_e and the FFN have Lipschitz constant <= 1 (orthogonal maps, |Σ| <= 1, ELU' in
 (0, 1]), so each layer maps a pair of tokens of a sequence to a pair whose distance changed by a factor in
 [(1 - α_l/L)^2, (1 + α_l/L)^2]: injective for any L, inside the paper's bound (1 + 3/L)^2 (Thm. 2).
+This holds for heads "cls" and "match", where one Σ and one λ serve every token of a sequence. In the causal
+"lm" form (ours) token t uses its own prefix's Σ_t and λ_t, so two tokens go through different maps and the
+bound does not hold between them (weights optimised against it reach distance ratios far beyond it).
 
 Σ (Config.sigma), computed once from X0 over the real tokens and normalised so its largest entry is 1
 (the paper's "stochastic X^T X", Cor. 2); G = X0^T X0:
