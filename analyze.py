@@ -481,7 +481,10 @@ def cmd_spectra(args):
             for r in rows:
                 e = np.array(r[key][h])
                 jitter = (h - (H - 1) / 2) * 0.6 * width / max(H, 1)
-                xs += [r["depth"] + jitter] * len(e)
+                x = r["depth"] + jitter
+                if ode:                                      # heads side by side, but inside t in [0, 1]
+                    x = min(max(x, 0.0), 1.0)
+                xs += [x] * len(e)
                 ys += list(e[:, 0])
                 mags.append(np.abs(e[:, 0] + 1j * e[:, 1]).max())
             ax.scatter(xs, ys, s=9, color=colors[h], alpha=0.6, label=f"head {h}")
@@ -494,6 +497,8 @@ def cmd_spectra(args):
         axm.set_ylabel("max |eigenvalue|")
         axm.set_xlabel(axis)
         ax.legend(fontsize=7, ncol=2)
+        if ode:
+            axm.set_xlim(-0.03, 1.03)
         if not ode:
             axm.set_xticks([r["depth"] for r in rows])
         elif args.grid:                                      # where the trained solver evaluates W(t)
@@ -615,7 +620,7 @@ def cmd_activation(args):
     axes[0].set_yscale("log")
     axes[0].set_title("distance between tokens at layer l over that at the input")
     axes[1].set_title("entropy of each token's coordinates, averaged over the sequence")
-    fig.suptitle(f"TransJect's activation factor and entropy per layer ({args.n_seq} sequences each)")
+    fig.suptitle(f"Activation factor (TransJect eq. 5) and entropy (eq. 6) per layer ({args.n_seq} sequences each)")
     png = save_fig(fig, args.out, "activation")
     path = write_json(args.out, "activation", {"note": "one value per sequence and layer; layer 0 is the "
                                                "input to the first layer", "models": results})
@@ -730,7 +735,7 @@ def cmd_cluster(args):
         ax.set_xlabel("x\u2081")
         ax.set_ylabel("x\u2082")
         ax.set_zlabel("x\u2083")
-        ax.set_title(f"g(t) = {r['g']}\n{r['clusters']} clusters, spread {r['spread']:.2f}", fontsize=10)
+        ax.set_title(f"g(t) = {r['g']}\n{r['clusters']} cluster{'s' if r['clusters'] != 1 else ''}, spread {r['spread']:.2f}", fontsize=10)
         if n == 0:
             ax.legend(fontsize=8, loc="upper left")
     half = len(runs)
@@ -761,7 +766,7 @@ def cmd_cluster(args):
            "runs": runs}
     path = write_json(args.out, "cluster", out)
     for r in runs:
-        print(f"g(t) = {r['g']:>9}: {r['clusters']:2d} clusters, spread {r['spread']:.3f} (start {r['spread_start']:.3f})")
+        print(f"g(t) = {r['g']:>9}: {r['clusters']:2d} cluster{'s' if r['clusters'] != 1 else ' '}, spread {r['spread']:.3f} (start {r['spread_start']:.3f})")
     print(f"wrote {path}, {png}")
 
 
