@@ -3,7 +3,8 @@ Train or evaluate any model of this project on any task, on one GPU or a CPU.
 
     python train.py --model simpletron --task listops              # the CPU preset: minutes on a laptop
     python train.py --model simpletron --task listops --preset paper --device cuda
-    python train.py --model softmax --task ptb --data_dir ../shared/data/ptb --n_layer 2
+    python train.py --model softmax --task ptb --data_dir DIR --n_layer 2   # DIR: ptb.{train,valid,test}.txt
+    python train.py --help --model transject --task imdb [--preset paper]   # [the values this run would use]
     python train.py --resume --out_dir out/simpletron-listops     # continue a run exactly
     python train.py --init_from out/x/ckpt.pt --eval_only --task listops --data_dir lra/listops-1000
 
@@ -20,6 +21,7 @@ import importlib
 import json
 import math
 import os
+import re
 import sys
 import time
 
@@ -124,7 +126,7 @@ FLAGS = [
     ("schedule", str, "cosine", "rsqrt (SimpleTRON: lr * min(1, s/warmup) / sqrt(max(s, warmup))) or cosine"),
     ("warmup", int, 100, "warm-up steps"),
     ("min_lr", float, 0.1, "cosine: final learning rate as a fraction of lr"),
-    ("lr_decay_iters", int, None, "cosine: steps over which lr decays (default max_iters)"),
+    ("lr_decay_iters", int, None, "cosine: steps over which lr decays"),
     ("weight_decay", float, 0.1, "AdamW weight decay (matrices and embeddings only)"),
     ("beta1", float, 0.9, "AdamW beta1"),
     ("beta2", float, 0.999, "AdamW beta2"),
@@ -137,7 +139,7 @@ FLAGS = [
     ("short_steps", int, 0, "sequence-length warm-up: the first short_steps steps train on prefixes ..."),
     ("short_len", int, 64, "... of short_len tokens (classification tasks; escapes the long early plateau)"),
     ("time_limit", float, None, "stop training after this many minutes of wall time (data preparation included)"),
-    ("out_dir", str, None, "where to write ckpt.pt, log.jsonl, metrics.json (default out/MODEL-TASK)"),
+    ("out_dir", str, None, "where to write ckpt.pt, log.jsonl, metrics.json"),
     ("data_dir", str, None, "read the task from these files instead of downloading or generating it"),
     ("cache_dir", str, "data", "where generated and downloaded data are kept"),
     ("tokenizer", str, "gpt2", "BPE tasks: gpt2 (tiktoken), another tiktoken encoding, or byte"),
@@ -149,7 +151,7 @@ FLAGS = [
     ("transfer_from", str, None, "--model softmax: copy this SimpleTRON checkpoint's q/k/v and freeze them"),
     ("steps", int, None, "with --init_from a DiffEqFormer: fine-tune its discretisation with N Euler steps"),
     ("lora_rank", int, 0, "with --steps: LoRA of this rank on every linear map, embeddings trainable (0: all)"),
-    ("lora_alpha", float, None, "with --lora_rank: LoRA's alpha, scale alpha / rank (default alpha = rank)"),
+    ("lora_alpha", float, None, "with --lora_rank: LoRA's alpha, scale alpha / rank (none: alpha = rank)"),
     ("compile", bool, False, "torch.compile the model"),
 ]
 
@@ -187,25 +189,32 @@ def parse_args(argv):
     first.add_argument("--resume", type=to_bool, nargs="?", const=True, default=False)
     first.add_argument("--out_dir")
     first.add_argument("--init_from")
+    first.add_argument("--task")
+    first.add_argument("--preset")
     known, _ = first.parse_known_args(argv)
     model_name = known.model
     if known.resume and known.out_dir and os.path.isfile(os.path.join(known.out_dir, "ckpt.pt")):
         model_name = load_checkpoint(os.path.join(known.out_dir, "ckpt.pt"))["model_name"]
     elif known.init_from and os.path.isfile(known.init_from):
         model_name = load_checkpoint(known.init_from)["model_name"]
-    config_fields = dataclasses.fields(model_module(model_name).Config)
+    module = model_module(model_name)
+    config_fields = dataclasses.fields(module.Config)
+    shown = help_values(model_name, known.task, known.preset)
 
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, typ, default, help in FLAGS:
         if typ is bool:
             p.add_argument(f"--{name}", type=to_bool, nargs="?", const=True, default=None,
-                           help=f"{help} (default {default})")
+                           help=f"{help} [{shown.get(name, default)}]")
         else:
-            p.add_argument(f"--{name}", type=typ, default=None, help=f"{help} (default {default})")
-    group = p.add_argument_group(f"model ({model_name}) Config fields")
+            p.add_argument(f"--{name}", type=typ, default=None, help=f"{help} [{shown.get(name, default)}]")
+    meaning = field_meanings(module.Config)
+    group = p.add_argument_group(
+        f"model ({model_name}) Config fields; [the value for task {shown['task']}, preset {shown['preset']}]")
     for f in config_fields:
         typ = to_bool if f.type in (bool, "bool") else {"int": int, "float": float, "str": str}.get(f.type, f.type)
-        group.add_argument(f"--{f.name}", type=typ, default=None, help=f"(default {f.default})")
+        group.add_argument(f"--{f.name}", type=typ, default=None,
+                           help=f"{meaning.get(f.name, '')} [{shown.get(f.name, f.default)}]".strip())
     args = p.parse_args(argv)
     given = {k for k, v in vars(args).items() if v is not None}
     if args.model is not None and args.model not in MODELS:
@@ -215,6 +224,62 @@ def parse_args(argv):
     if args.preset is not None and args.preset not in PRESETS:
         raise UsageError(f"unknown preset {args.preset!r}; choose one of: {', '.join(PRESETS)}")
     return args, given, [f.name for f in config_fields]
+
+
+# What nanoGPT's common Config fields mean (each model file comments its own fields; --help reads those comments)
+COMMON_FIELDS = {
+    "vocab_size": "token ids 0..vocab_size-1, id 0 is padding (set by the task)",
+    "block_size": "the longest input sequence (the task's length unless given)",
+    "n_layer": "blocks, L",
+    "n_head": "attention heads; n_embd must be a multiple",
+    "n_embd": "the model's width d",
+    "dropout": "dropout probability on the residual branches",
+    "bias": "true or false: biases in the linear maps and norms",
+    "head": "cls (one sequence -> class), match (a pair -> class), lm (next token): set by the task",
+    "n_classes": "classes of a cls/match head (set by the task)",
+}
+
+
+def field_meanings(config_class):
+    """field -> one line of meaning: the comment beside the field in the model file's Config (and the lines of
+    comment that continue it), or COMMON_FIELDS's line."""
+    import inspect
+    out, last = dict(COMMON_FIELDS), None
+    for line in inspect.getsource(config_class).splitlines()[1:]:
+        field = re.match(r"\s*(\w+)\s*:\s*[\w\[\], .|]+=\s*[^#]*?#\s*(.*)", line)
+        more = re.match(r"\s*#\s*(.*)", line)
+        if field:
+            last, text = field.group(1), field.group(2).strip()
+            out[last] = f"{COMMON_FIELDS[last]} ({text})" if last in COMMON_FIELDS and len(text) < 20 else text
+        elif more and last and not re.match(r"\s*#\s*(nanoGPT|the task|this model)", line):
+            out[last] += " " + more.group(1).strip()
+        else:
+            last = None
+    return out
+
+
+def help_values(model, task, preset_name):
+    """The value each flag and Config field takes for this model, task and preset before the task's data is read
+    (vocab_size, head and n_classes come from the data)."""
+    import inspect
+    defaults = {name: default for name, _, default, _ in FLAGS}
+    model = model if model in MODELS else defaults["model"]
+    task = task if task in data.TASKS else defaults["task"]
+    preset_name = preset_name if preset_name in PRESETS else defaults["preset"]
+    presets = PRESETS[preset_name]
+    preset = {**presets.get((model, "*"), {}), **presets.get((model, task), {})}
+    values = {f.name: f.default for f in dataclasses.fields(model_module(model).Config)}
+    length = inspect.signature(data.TASKS[task]).parameters.get("block_size")
+    if length is not None and length.default is not inspect.Parameter.empty:
+        values["block_size"] = length.default
+    for k in ("vocab_size", "head", "n_classes"):
+        values[k] = f"from {task}"
+    values.update({**defaults, **MODELS[model][1], **preset, "model": model, "task": task, "preset": preset_name})
+    if values.get("lr_decay_iters") is None:
+        values["lr_decay_iters"] = f"max_iters = {values['max_iters']}"
+    if values.get("out_dir") is None:
+        values["out_dir"] = f"out/{model}-{task}"
+    return {k: "none" if v is None else v for k, v in values.items()}
 
 
 def resolve(args, given, config_names):
@@ -417,6 +482,9 @@ def main(argv=None):
     run_args = {name: getattr(args, name) for name, *_ in FLAGS}
     n_params = sum(p.numel() for p in model.parameters())
     print(f"{args.model} on {args.task} ({device}): {n_params / 1e6:.2f}M parameters | {fmt(config_dict)}")
+    if args.time_limit is not None:                          # a preset's limit is never silent
+        print(f"training stops after {args.time_limit:g} min of wall time"
+              f"{'' if 'time_limit' in given else f' (the {args.preset} preset; --time_limit to change)'}")
     os.makedirs(args.out_dir, exist_ok=True)
 
     def final_metrics(extra):
