@@ -511,3 +511,50 @@ def _padded(rows):
     for i, r in enumerate(rows):
         out[i, :len(r)] = r
     return (out,)
+
+
+# ----- train.py's flags and the held-out generator
+
+SMALL = ["--listops_depth", "3", "--listops_args", "2,3", "--listops_len", "5,12", "--listops_sizes", "48,16,24"]
+
+
+def test_train_py_passes_the_setting_and_init_from_keeps_it(tmp_path):
+    import train
+    tiny = ["--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--batch_size", "8", "--eval_iters", "1",
+            "--log_interval", "1", "--warmup", "1", "--max_iters", "1", "--cache_dir", tmp_path]
+    out = train.main([str(a) for a in [*tiny, *SMALL, "--out_dir", tmp_path / "run"]])
+    assert (out["n_val"], out["n_test"]) == (16, 24)
+    assert os.path.isdir(tmp_path / "listops-depth3-args2-3-len5-12-n48-16-24")
+    ckpt = train.load_checkpoint(str(tmp_path / "run" / "ckpt.pt"))
+    assert ckpt["config"]["block_size"] == 12                # the length bound
+    assert [ckpt["args"][k] for k in train.LISTOPS_FLAGS] == [3, "2,3", "5,12", "48,16,24"]
+    again = train.main([str(a) for a in ["--init_from", tmp_path / "run" / "ckpt.pt", "--eval_only"]])
+    assert (again["n_val"], again["n_test"], again["test_acc"]) == (16, 24, out["test_acc"])  # the same setting
+
+
+def test_the_heldout_generator_agrees_and_excludes_the_task_splits(tmp_path, capsys):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+    import heldout_listops
+    heldout_listops.main(["--listops_depth", "3", "--listops_args", "2,3", "--listops_len", "5,12", "--listops_sizes",
+                          "300,10,10", "--n", "400", "--seed", "3", "--cache_dir", str(tmp_path), "--out",
+                          str(tmp_path / "held")])
+    assert "reference rules" in capsys.readouterr().out
+    rows = [line.split("\t") for line in (tmp_path / "held" / "basic_test.tsv").read_text().splitlines()]
+    assert rows[0] == ["Source", "Target"] and len(rows) == 401
+    task_trees = {line.split("\t")[0] for s in ("train", "val", "test") for line in
+                  (tmp_path / "listops-depth3-args2-3-len5-12-n300-10-10" / f"basic_{s}.tsv").read_text().splitlines()}
+    trees = [parse_lra(text) for text, _ in rows[1:]]
+    assert not task_trees & {text for text, _ in rows[1:]} and len({text for text, _ in rows[1:]}) == 400
+    assert all(value_of(t) == int(v) and 5 < length_of(t) < 12 for t, (_, v) in zip(trees, rows[1:]))
+    assert max(d for t in trees for d, _ in walk(t)) == 3
+    assert {len(n[1]) for t in trees for _, n in walk(t) if not isinstance(n, int)} == {2, 3}
+    # the two generators draw the same distribution: lengths (6..11) and labels within sampling noise
+    ours = data.generate_listops(2000, seed=9, min_len=5, max_len=12, depth=3, args=(2, 3), processes=1,
+                                 progress=False)
+    theirs = [(text, int(v)) for text, v in rows[1:]]
+    for pick in (lambda s, v: length_of(parse_lra(s)), lambda s, v: v):
+        a = np.bincount([pick(*e) for e in ours], minlength=12) / len(ours)
+        b = np.bincount([pick(*e) for e in theirs], minlength=12) / len(theirs)
+        assert 0.5 * np.abs(a - b).sum() < 0.08
+    task = data.load_task("listops", data_dir=str(tmp_path / "held"))
+    assert task.split("test").labels.tolist() == [int(v) for _, v in rows[1:]]
