@@ -619,14 +619,19 @@ def listops_operator(depth, rnd, budget, max_depth=LISTOPS_DEPTH, args=LISTOPS_A
     return "( " * (k + 1) + LISTOPS_OPS[op] + " " + " ) ".join(parts) + " ) ] )", value, length
 
 
+LISTOPS_STALE_DRAWS = 200_000   # a chunk stops after this many draws in a row without a new tree
+
+
 def listops_chunk(args):
-    """`count` distinct ListOps examples drawn with their own seed, so chunks can run in parallel.
+    """`count` distinct ListOps examples drawn with their own seed, so chunks can run in parallel (fewer
+    when LISTOPS_STALE_DRAWS draws in a row bring no new tree: the setting has too few).
     args = (seed, count, min_len, max_len[, max_depth, (min_args, max_args)])."""
     seed, count, min_len, max_len, *rest = args
     max_depth, n_args = rest if rest else (LISTOPS_DEPTH, LISTOPS_ARGS)
     rnd = random.Random(f"listops-{seed[0]}-{seed[1]}").random
-    out = {}
-    while len(out) < count:
+    out, stale = {}, 0
+    while len(out) < count and stale < LISTOPS_STALE_DRAWS:  # a setting with fewer trees than count: give up
+        stale += 1
         if rnd() > LISTOPS_OP_P:                             # the root is a leaf: length 1, rejected
             rnd()
             continue
@@ -634,8 +639,9 @@ def listops_chunk(args):
             s, value, n = listops_operator(1, rnd, max_len, max_depth, n_args)
         except _TooLong:
             continue
-        if min_len < n < max_len:
-            out.setdefault(s, value)
+        if min_len < n < max_len and s not in out:
+            out[s] = value
+            stale = 0
     return list(out.items())
 
 
@@ -672,8 +678,9 @@ def generate_listops(n, seed=0, min_len=500, max_len=2000, chunk=1000, depth=LIS
 
 
 def listops_probe(setting, draws=20_000, seed=12345):
-    """Draw `draws` roots with `setting` and count (kept, distinct kept): a quick check, before generating,
-    that the length window is reached and that the setting has enough distinct trees."""
+    """Draw `draws` roots with `setting`: (kept, distinct kept, about how many distinct trees the setting
+    has). A quick check, before generating, that the length window is reached and that there are enough
+    distinct trees. The last is the birthday estimate kept^2 / (2 * repeats), infinite without repeats."""
     rnd = random.Random(f"listops-probe-{seed}").random
     kept, distinct = 0, set()
     for _ in range(draws):
@@ -687,7 +694,8 @@ def listops_probe(setting, draws=20_000, seed=12345):
         if setting.lengths[0] < n < setting.lengths[1]:
             kept += 1
             distinct.add(s)
-    return kept, len(distinct)
+    repeats = kept - len(distinct)
+    return kept, len(distinct), kept * kept / (2 * repeats) if repeats else math.inf
 
 
 _LISTOPS_CHARS = {"[MIN": "\x01", "[MAX": "\x02", "[MED": "\x03", "[SM": "\x04"}  # one character each
@@ -733,17 +741,20 @@ def listops_check_tree(ids):
         raise ValueError("an operator without arguments")
 
 
-def read_listops_arrays(path, fix="fix or remove that line"):
+def read_listops_arrays(path, fix="fix or remove that line", progress=False):
     """LRA's basic_*.tsv: a header "Source<TAB>Target", then one tree and its value per line. Returns
     tokens (N, longest) uint8 padded with 0, lengths (N,) int32, labels (N,) int64. Any problem with the
     file is a DataError that names the file (and the line) and ends with `fix`, what to do about it."""
+    from tqdm import tqdm
     if os.path.isdir(path):
         raise DataError(f"{path} is a folder where the ListOps file should be; {fix}")
     rows, labels = [], []
     try:
-        with open(path, "rb") as f:
+        with open(path, "rb") as f, tqdm(total=os.path.getsize(path), unit="B", unit_scale=True, leave=False,
+                                         desc=f"reading {os.path.basename(path)}", disable=not progress) as bar:
             lineno = 0
             for lineno, line in enumerate(f, 1):
+                bar.update(len(line))
                 if lineno == 1 and line.startswith(b"Source"):
                     continue
                 if not line.strip():
@@ -814,7 +825,7 @@ def listops_split(path, cache_dir, block_size=None, fix="fix or remove that line
                 return ClassificationSplit(tokens, labels, lengths).truncate(block_size or tokens.shape[1])
     except (OSError, ValueError, EOFError):                  # a damaged cache: parse the TSV again
         pass
-    tokens, lengths, labels = read_listops_arrays(path, fix)
+    tokens, lengths, labels = read_listops_arrays(path, fix, progress=True)
     try:
         os.makedirs(root, exist_ok=True)
         tmp = f"{folder}.tmp{os.getpid()}"
@@ -868,13 +879,13 @@ def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LIST
                     raise DataError(f"{p} is a folder where the ListOps file should be; {fix}")
             total = sum(setting.sizes)
             if not setting.is_lra():                         # an unusual setting: is it reachable at all?
-                kept, distinct = listops_probe(setting)
+                kept, _, estimate = listops_probe(setting)
                 if not kept:
                     raise DataError(f"listops: no tree of {setting.lengths[0]} < length < {setting.lengths[1]} in 20,000 "
                                     "draws; widen --listops_len or raise --listops_depth / --listops_args")
-                if distinct < kept and kept * kept / (2 * (kept - distinct)) < 2 * total:
+                if estimate < 2 * total:                     # drawing more than half of them would crawl
                     raise DataError(f"listops: the setting ({setting.describe()}) has only about "
-                                    f"{kept * kept // (2 * (kept - distinct))} distinct trees, too few for {total}; "
+                                    f"{int(estimate)} distinct trees, too few for {total}; "
                                     "widen --listops_len or --listops_args, raise --listops_depth or lower --listops_sizes")
             os.makedirs(folder, exist_ok=True)
             # a benchmark, so one fixed draw (seed 0) whatever the run's --seed

@@ -256,6 +256,14 @@ def test_generation_merges_chunks_in_order_whatever_the_processes(monkeypatch):
     assert data.generate_listops(35, processes=1, **{**kw, "seed": 4}) != serial
 
 
+def test_a_chunk_gives_up_after_a_run_of_draws_without_a_new_tree(monkeypatch):
+    monkeypatch.setattr(data, "LISTOPS_STALE_DRAWS", 5_000)
+    every = {f"( ( ( {op} {a} ) {b} ) ] )" for op in OPS for a in range(10) for b in range(10)}
+    for count in (400, 401):                                 # [OP a b]: 400 trees; ~10,500 draws to see them all
+        ex = data.listops_chunk(((2, 0), count, 3, 5, 2, (2, 2)))
+        assert {s for s, _ in ex} == every and len(ex) == 400
+
+
 def test_a_setting_with_too_few_trees_fails_instead_of_looping():
     with pytest.raises(data.DataError, match=r"only (399|400) distinct trees found, fewer than the 500"):  # [OP a b]
         data.generate_listops(500, min_len=3, max_len=5, chunk=50, depth=2, args=(2, 2), processes=1, progress=False)
@@ -296,6 +304,33 @@ def test_bad_settings_fail_in_one_line_before_generating(tmp_path, kw, message):
     with pytest.raises(data.DataError, match=message):
         data.load_task("listops", cache_dir=str(tmp_path), **kw)
     assert os.listdir(tmp_path) == []
+
+
+def test_the_probe_counts_kept_and_distinct_trees_and_estimates_the_rest(tmp_path, monkeypatch):
+    setting = data.listops_setting(2, "2,3", "3,5", "1,1,1")          # [OP a b]: 400 trees, 1/8 of the draws
+    kept, distinct, estimate = data.listops_probe(setting, draws=4000, seed=1)
+    rnd = random.Random("listops-probe-1").random                 # the same draws, counted here
+    trees = []
+    for _ in range(4000):
+        if rnd() > 0.25:
+            rnd()
+            continue
+        text, _, n = data.listops_operator(1, rnd, 5, 2, (2, 3))
+        if n == 4:
+            trees.append(text)
+    assert (kept, distinct) == (len(trees), len(set(trees))) and 250 < distinct < 400
+    assert estimate == pytest.approx(kept ** 2 / (2 * (kept - distinct)))
+    assert data.listops_probe(data.listops_setting(3, "2,5", "10,40", "1,1,1"), draws=500)[2] == float("inf")
+    # the task refuses a setting when the estimate is below twice the trees asked for, and only then
+    kept, distinct, estimate = data.listops_probe(setting)
+    low, high = int(estimate / 2) - 1, int(estimate / 2) + 1          # numbers of trees: passes, fails the probe
+    with pytest.raises(data.DataError, match=f"has only about {int(estimate)} distinct trees, too few for {high}"):
+        data.load_task("listops", cache_dir=str(tmp_path), listops_depth=2, listops_args="2,3", listops_len="3,5",
+                       listops_sizes=f"{high - 2},1,1")
+    monkeypatch.setattr(data, "LISTOPS_STALE_DRAWS", 20_000)   # a chunk gives up sooner once all 400 are drawn
+    with pytest.raises(data.DataError, match=f"only 400 distinct trees found, fewer than the {low}"):   # generates
+        data.load_task("listops", cache_dir=str(tmp_path), listops_depth=2, listops_args="2,3", listops_len="3,5",
+                       listops_sizes=f"{low - 2},1,1")
 
 
 def test_a_small_setting_is_generated_into_its_own_folder(tmp_path, capsys):
@@ -357,6 +392,8 @@ def test_the_binary_cache_is_used_and_follows_the_tsv(tmp_path, examples, monkey
     assert len(os.listdir(cache / "listops-npy")) == 1 and os.listdir(cache / "listops-npy") != [folder]
     (cache / "listops-npy" / os.listdir(cache / "listops-npy")[0] / "labels.npy").write_bytes(b"junk")
     assert data.listops_split(str(tsv), str(cache)).labels.tolist() == [v for _, v in examples[20:60]]
+    repaired = data.listops_split(str(tsv), str(cache))      # the damaged arrays were replaced
+    assert isinstance(repaired.tokens, np.memmap) and repaired.labels.tolist() == [v for _, v in examples[20:60]]
 
 
 def test_tsv_round_trip(tmp_path, examples):
@@ -424,10 +461,10 @@ def test_unreadable_files_name_the_file_and_what_to_do(tmp_path):
     with pytest.raises(data.DataError, match="basic_train.tsv is a folder where the ListOps file should be; do this"):
         data.read_listops_tsv(path, fix="do this")
     path.rmdir()
-    path.write_text(f"{VALID}\n\n( ( ( [SM 3 ) 9 ) ] )\t2\r\n")    # no header, a blank line, a Windows line end
+    path.write_text(f"{VALID}\n\n( ( ( [SM 3 ) 9 ) ] )\t2\r\n7\t7\n")  # no header, a blank line, CRLF, a digit
     split = data.read_listops_tsv(path)
-    assert split.labels.tolist() == [3, 2] and split.lengths.tolist() == [4, 4]
-    assert data.read_listops_tsv(tmp_path / "basic_train.tsv").tokens.tolist() == [[11, 4, 5, 15], [14, 4, 10, 15]]
+    assert split.labels.tolist() == [3, 2, 7] and split.lengths.tolist() == [4, 4, 1]
+    assert split.tokens.tolist() == [[11, 4, 5, 15], [14, 4, 10, 15], [8, 0, 0, 0]]
 
 
 def test_data_dir_errors_say_what_to_do(tmp_path):
@@ -496,14 +533,19 @@ def test_baselines_on_a_hand_worked_split():
             (t(med, "1", t(mn, "4", "5")), 2),       # majority yes, operator yes; digits: MED(1, X) = 2 w. 2/3: yes
             (t(mx, "0", "5"), 5),                    # operator yes, digits yes
             (t(sm, "1", "3"), 4),                    # digits yes
-            (t(mn, "2", "3"), 2)]                    # majority yes, operator no (4), digits yes
+            (t(mn, "2", "3"), 2),                    # majority yes, operator no (4), digits yes
+            ("7", 7)]                                # a lone digit: no operator seen in training -> majority (no)
     got = data.listops_baselines(train, test=test, train=train)
-    assert got["test"] == pytest.approx({"majority": 2 / 7, "top_operator": 2 / 7, "top_digits": 6 / 7})
+    assert got["test"] == pytest.approx({"majority": 2 / 8, "top_operator": 2 / 8, "top_digits": 7 / 8})
+    # q from the first 3 training trees only: no subtrees there, so q is uniform. Then MIN(6, X) -> 6 (0.4):
+    # yes; SM(3 + X) -> all 0.1, the smallest label 0: no; MED(1, X) -> 1, 2, 3, 4 with 0.2 each -> 1: no
+    assert data.listops_baselines(train, fit=3, test=test)["test"]["top_digits"] == pytest.approx(6 / 8)
     # on its own training split: operator rule right on 5, 5 | 4, 4 | 8 | 2 = 6 of 8; digits: the 5 trees
     # without subtrees, MIN(4, X) -> 4, MIN(9, X) -> 4 (X = 4 with 2/3), SM(1 + X) -> 5 (wrong: 8) = 7 of 8
     assert got["train"] == pytest.approx({"majority": 2 / 8, "top_operator": 6 / 8, "top_digits": 7 / 8})
     split = data.ClassificationSplit(*_padded([data.listops_tokens(s) for s, _ in test]), [y for _, y in test])
     assert data.listops_baselines(train, test=split)["test"] == got["test"]     # a split of token ids
+    assert data.listops_baselines(train, test=[])["test"] == {"majority": 0, "top_operator": 0, "top_digits": 0}
 
 
 def _padded(rows):
