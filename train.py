@@ -153,7 +153,13 @@ FLAGS = [
     ("lora_rank", int, 0, "with --steps: LoRA of this rank on every linear map, embeddings trainable (0: all)"),
     ("lora_alpha", float, None, "with --lora_rank: LoRA's alpha, scale alpha / rank (none: alpha = rank)"),
     ("compile", bool, False, "torch.compile the model"),
+    ("listops_depth", int, 10, "ListOps generator: depth limit, operators only above it (LRA: 10)"),
+    ("listops_args", str, "2,10", "ListOps generator: MIN,MAX arguments per operator (LRA: 2,10)"),
+    ("listops_len", str, "500,2000", "ListOps generator: keep trees with MIN < length < MAX tokens, brackets not "
+                                     "counted (LRA: 500,2000); also the default block_size"),
+    ("listops_sizes", str, "96000,2000,2000", "ListOps generator: TRAIN,VAL,TEST numbers of trees"),
 ]
+LISTOPS_FLAGS = ("listops_depth", "listops_args", "listops_len", "listops_sizes")
 
 
 class UsageError(Exception):
@@ -408,8 +414,8 @@ def main(argv=None):
         args.model = source["model_name"]
         if args.task is None:                                # the same task: its data from the same place
             args.task = source["args"]["task"]
-            for k in ("data_dir", "cache_dir", "tokenizer"):
-                if k not in given:
+            for k in ("data_dir", "cache_dir", "tokenizer", *LISTOPS_FLAGS):
+                if k not in given and k in source["args"]:
                     setattr(args, k, source["args"][k])
                     given.add(k)
         given |= {"model", "task"}
@@ -445,7 +451,7 @@ def main(argv=None):
         config_dict = dict(MODELS[args.model][1], **overrides)
     make_config(args.model, config_dict)                     # bad settings fail before any data is loaded
     task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
-                          tokenizer=args.tokenizer,
+                          tokenizer=args.tokenizer, **{k: getattr(args, k) for k in LISTOPS_FLAGS},
                           **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
     head = {"cls": "cls", "match": "match", "lm": "lm"}[task.kind]
     task_fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=head, n_classes=task.n_classes)
