@@ -197,6 +197,7 @@ def parse_args(argv):
     first.add_argument("--init_from")
     first.add_argument("--task")
     first.add_argument("--preset")
+    first.add_argument("--listops_len")
     known, _ = first.parse_known_args(argv)
     model_name = known.model
     if known.resume and known.out_dir and os.path.isfile(os.path.join(known.out_dir, "ckpt.pt")):
@@ -205,7 +206,7 @@ def parse_args(argv):
         model_name = load_checkpoint(known.init_from)["model_name"]
     module = model_module(model_name)
     config_fields = dataclasses.fields(module.Config)
-    shown = help_values(model_name, known.task, known.preset)
+    shown = help_values(model_name, known.task, known.preset, known.listops_len)
 
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, typ, default, help in FLAGS:
@@ -264,7 +265,7 @@ def field_meanings(config_class):
     return out
 
 
-def help_values(model, task, preset_name):
+def help_values(model, task, preset_name, listops_len=None):
     """The value each flag and Config field takes for this model, task and preset before the task's data is read
     (vocab_size, head and n_classes come from the data)."""
     import inspect
@@ -281,6 +282,9 @@ def help_values(model, task, preset_name):
     for k in ("vocab_size", "head", "n_classes"):
         values[k] = f"from {task}"
     values.update({**defaults, **MODELS[model][1], **preset, "model": model, "task": task, "preset": preset_name})
+    if length is not None and length.default is None:       # a length the task derives from its other options
+        values["block_size"] = (int(str(listops_len or values["listops_len"]).split(",")[-1]) if task == "listops"
+                                and "block_size" not in preset else values["block_size"])
     if values.get("lr_decay_iters") is None:
         values["lr_decay_iters"] = f"max_iters = {values['max_iters']}"
     if values.get("out_dir") is None:
