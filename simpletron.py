@@ -30,6 +30,11 @@ Two more baselines, those of the TransJect paper (Sengupta et al. 2023, Tables 1
                               by a hand-written Cayley map (W_Q, W_K, W_V, W_O; the MLP's 4D x D and D x 4D
                               as four orthogonal D x D blocks each)
 
+BERT's weights (Section 5.3, "using weights from pretrained BERT model, we were able to perform fine-tuning on
+SimpleTRON"): from_bert(state_dict, config_json) builds BERT's exact block (Config.emb_norm, final_norm=False,
+learned_cls=False, layer_norm_eps, mlp_hidden) with a Hugging Face BERT's weights; with attention="softmax" it is
+BERT itself, with the default simple attention it is SimpleTRON on BERT's weights (docs/bert.md).
+
 The model interface, identical in every model file of this project:
     config = Config(vocab_size=..., block_size=..., head="cls"|"match"|"lm", n_classes=..., ...)
     model = Model(config)
