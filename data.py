@@ -32,8 +32,8 @@ keep the tokenizer's own ids (nanoGPT's uint16 .bin files), except the word/char
 count from 1. --tokenizer picks the BPE: gpt2 (tiktoken, the default), any tiktoken encoding, byte (a
 tiktoken Encoding over the 256 byte values plus <|endoftext|>, built here: no download), char
 (textfile only), or, for imdb and agnews, a Hugging Face BERT folder: BERT's WordPiece, [CLS] text [SEP]
-in BERT's own ids ([PAD] = 0, no + 1). Everything derived is cached under --cache_dir (written atomically, reused) and every
-split is one fixed, deterministic draw (independent of --seed, as ListOps: every run of a task is
+in BERT's own ids ([PAD] = 0, no + 1). Everything derived is cached under --cache_dir (written atomically,
+reused) and every split is one fixed, deterministic draw (independent of --seed, as ListOps: every run of a task is
 evaluated on the same examples). A task that cannot get its data fails at once with a DataError: one
 line naming the task, what was tried and the --data_dir layout that works instead.
 """

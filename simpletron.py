@@ -581,7 +581,8 @@ def from_bert(state_dict, bert_config, **overrides):
 
     model = Model(config)
     for param, name in ((model.wte.weight, "embeddings.word_embeddings.weight"),
-                        (model.ln_e.weight, "embeddings.LayerNorm.weight"), (model.ln_e.bias, "embeddings.LayerNorm.bias")):
+                        (model.ln_e.weight, "embeddings.LayerNorm.weight"),
+                        (model.ln_e.bias, "embeddings.LayerNorm.bias")):
         put(param, get(name), name)
     # pos[0..L-1] + type[0]: every token is of type 0, so its embedding is a constant, added to every position
     put(model.wpe.weight, get("embeddings.position_embeddings.weight")[:config.block_size]
@@ -589,7 +590,8 @@ def from_bert(state_dict, bert_config, **overrides):
     for i, block in enumerate(model.blocks):
         p = f"encoder.layer.{i}."
         pairs = [(block.attn.out, "attention.output.dense"), (block.ln1, "attention.output.LayerNorm"),
-                 (block.mlp.fc, "intermediate.dense"), (block.mlp.proj, "output.dense"), (block.ln2, "output.LayerNorm")]
+                 (block.mlp.fc, "intermediate.dense"), (block.mlp.proj, "output.dense"),
+                 (block.ln2, "output.LayerNorm")]
         for ours, theirs in pairs[isinstance(block.attn.out, nn.Identity):]:  # variants simple/res drop W_O
             for part in ("weight", "bias"):
                 put(getattr(ours, part), get(f"{p}{theirs}.{part}"), f"{p}{theirs}.{part}")

@@ -115,7 +115,8 @@ PRESETS = {
 # A.3: AdamW lr 5e-5, batch 16, weight decay 0.01, 10% warm-up then decay; cosine to 0 here), 128 tokens
 BERT_FINETUNE = dict(lr=5e-5, batch_size=16, weight_decay=0.01, warmup=100, schedule="cosine", min_lr=0.0,
                      max_iters=1000, eval_interval=250, block_size=128)
-BERT_FOLDER = "a Hugging Face BERT folder: config.json, model.safetensors or pytorch_model.bin, vocab.txt or tokenizer.json"
+BERT_FOLDER = ("a Hugging Face BERT folder: config.json, model.safetensors or pytorch_model.bin, vocab.txt or "
+               "tokenizer.json")
 BERT_PIP = "--init_from_bert needs the safetensors and tokenizers packages: pip install safetensors tokenizers"
 
 # Flags of train.py itself (the model's Config fields are added as flags too). None = not given.
@@ -227,7 +228,8 @@ def parse_args(argv):
 
 
 def resolve(args, given, config_names, preset=None):
-    """Fill every None of args: given flags > preset (or the one given) > defaults. Returns the Config overrides too."""
+    """Fill every None of args: given flags > preset (the task's, or the one given) > defaults. Returns the Config
+    overrides too."""
     defaults = {name: default for name, _, default, _ in FLAGS}
     model = args.model or defaults["model"]
     task = args.task or defaults["task"]
@@ -302,7 +304,8 @@ def read_bert(args, given):
     except UsageError:
         raise
     except Exception as e:
-        raise UsageError(f"--init_from_bert: cannot read {path} ({type(e).__name__}: {data.one_line(e, 200)})") from None
+        raise UsageError(f"--init_from_bert: cannot read {path} ({type(e).__name__}: {data.one_line(e, 200)})") \
+            from None
     if not isinstance(state_dict, dict) or not all(isinstance(v, torch.Tensor) for v in state_dict.values()):
         raise UsageError(f"--init_from_bert: {path} is not a state dict of tensors")
     args.tokenizer = folder

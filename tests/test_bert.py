@@ -36,7 +36,8 @@ def bert_state_dict(seed=0, prefix="", dtype=torch.float32):
           "embeddings.position_embeddings.weight": r(P, D),
           "embeddings.token_type_embeddings.weight": r(2, D),
           "embeddings.LayerNorm.weight": 1 + r(D), "embeddings.LayerNorm.bias": r(D),
-          "embeddings.position_ids": torch.arange(P)[None], "embeddings.token_type_ids": torch.zeros(1, P, dtype=torch.long)}
+          "embeddings.position_ids": torch.arange(P)[None],
+          "embeddings.token_type_ids": torch.zeros(1, P, dtype=torch.long)}
     for i in range(N_LAYERS):
         p = f"encoder.layer.{i}."
         for name, (n_out, n_in) in {"attention.self.query": (D, D), "attention.self.key": (D, D),
