@@ -30,6 +30,11 @@ Two more baselines, those of the TransJect paper (Sengupta et al. 2023, Tables 1
                               by a hand-written Cayley map (W_Q, W_K, W_V, W_O; the MLP's 4D x D and D x 4D
                               as four orthogonal D x D blocks each)
 
+BERT's weights (Section 5.3, "using weights from pretrained BERT model, we were able to perform fine-tuning on
+SimpleTRON"): from_bert(state_dict, config_json) builds BERT's exact block (Config.emb_norm, final_norm=False,
+learned_cls=False, layer_norm_eps, mlp_hidden) with a Hugging Face BERT's weights; with attention="softmax" it is
+BERT itself, with the default simple attention it is SimpleTRON on BERT's weights (docs/bert.md).
+
 The model interface, identical in every model file of this project:
     config = Config(vocab_size=..., block_size=..., head="cls"|"match"|"lm", n_classes=..., ...)
     model = Model(config)
@@ -69,6 +74,13 @@ class Config:
     orthogonal: bool = False   # every weight matrix of the blocks orthogonal (Orthogonal Transformer)
     mlp_ratio: int = 4         # MLP width = mlp_ratio * n_embd (Table 3: 256 -> 1024)
     freeze_qkv: bool = False   # attention transfer (Section 4.2): q/k/v are not trained
+    # BERT's exact block (from_bert below); the defaults are this file's own model
+    layer_norm_eps: float = 1e-5  # every LayerNorm's eps (BERT: 1e-12)
+    emb_norm: bool = False     # a LayerNorm on the embeddings, word + position (BERT)
+    final_norm: bool = True    # a LayerNorm after the last block (BERT has none)
+    learned_cls: bool = True   # cls/match heads: prepend a learned CLS token; False: the ids carry their own
+                               # CLS at position 0 (BERT's [CLS]) and the head reads it there
+    mlp_hidden: int = 0        # MLP width; 0: mlp_ratio * n_embd (BERT's intermediate_size)
 
     def __post_init__(self):
         choices = dict(head=("cls", "match", "lm"), attention=("simple", "softmax"),
@@ -196,7 +208,7 @@ class SelfAttention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config):
         super().__init__()
-        hidden = config.mlp_ratio * config.n_embd
+        hidden = config.mlp_hidden or config.mlp_ratio * config.n_embd
         Linear = OrthogonalLinear if config.orthogonal else nn.Linear
         self.fc = Linear(config.n_embd, hidden, bias=config.bias)
         self.proj = Linear(hidden, config.n_embd, bias=config.bias)
@@ -214,8 +226,8 @@ class Block(nn.Module):
         if self.rezero:                                      # ReZero: α starts at 0, the block is the identity
             self.alpha = nn.Parameter(torch.zeros(()))
         else:
-            self.ln1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-            self.ln2 = nn.LayerNorm(config.n_embd, bias=config.bias)
+            self.ln1 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
+            self.ln2 = nn.LayerNorm(config.n_embd, eps=config.layer_norm_eps, bias=config.bias)
         self.pre = config.norm == "pre"
         self.extra_skip = config.variant in ("res", "resl")
 
@@ -238,12 +250,15 @@ class Model(nn.Module):
         super().__init__()
         self.config = c = config
         self.wte = nn.Embedding(c.vocab_size, c.n_embd)
-        # learnable positions (Table 3); the cls head has one more, for its CLS token
-        self.wpe = nn.Embedding(c.block_size + (c.head != "lm"), c.n_embd)
-        self.cls = nn.Parameter(torch.zeros(1, 1, c.n_embd)) if c.head != "lm" else None
+        # learnable positions (Table 3); the cls head has one more, for its learned CLS token
+        learned_cls = c.head != "lm" and c.learned_cls
+        self.wpe = nn.Embedding(c.block_size + learned_cls, c.n_embd)
+        self.cls = nn.Parameter(torch.zeros(1, 1, c.n_embd)) if learned_cls else None
+        self.ln_e = nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps, bias=c.bias) if c.emb_norm else nn.Identity()
         self.drop = nn.Dropout(c.dropout)
         self.blocks = nn.ModuleList(Block(c) for _ in range(c.n_layer))
-        self.ln_f = nn.Identity() if c.norm == "rezero" else nn.LayerNorm(c.n_embd, bias=c.bias)
+        final_norm = c.final_norm and c.norm != "rezero"
+        self.ln_f = nn.LayerNorm(c.n_embd, eps=c.layer_norm_eps, bias=c.bias) if final_norm else nn.Identity()
         if c.head == "lm":                                   # tied input and output embeddings
             self.lm_head = nn.Linear(c.n_embd, c.vocab_size, bias=False)
             self.lm_head.weight = self.wte.weight
@@ -275,7 +290,7 @@ class Model(nn.Module):
         if self.cls is not None:                             # prepend the CLS token
             x = torch.cat([self.cls.expand(B, 1, -1), x], dim=1)
             mask = F.pad(mask, (1, 0), value=True)
-        x = self.drop(x + self.wpe.weight[: x.shape[1]])
+        x = self.drop(self.ln_e(x + self.wpe.weight[: x.shape[1]]))  # ln_e: BERT's embedding LayerNorm
         if self.config.head == "lm":
             mask = None                                      # language models are not padded
         for block in self.blocks:
@@ -290,7 +305,7 @@ class Model(nn.Module):
                 logits.flatten(0, 1).float(), targets.flatten(), ignore_index=-1)
             return logits, loss
         if self.config.head == "cls":
-            feats = self.encode(idx)[0][:, 0]                # (B, D) the CLS token
+            feats = self.encode(idx)[0][:, 0]                # (B, D) the CLS token (learned, or the ids' own)
         else:                                                # one shared encoder on both documents
             B = idx.shape[0]
             uv = self.encode(idx.flatten(0, 1))[0][:, 0]     # (2B, D)
@@ -435,7 +450,7 @@ def read_tokens(model, idx, state):
     if t0 + T > min(state.capacity, model.config.block_size):
         raise ValueError(f"the state holds {t0} tokens; {T} more exceed its capacity {state.capacity} "
                          f"(block_size {model.config.block_size})")
-    x = model.wte(idx) + model.wpe.weight[t0:t0 + T]          # (B, T, D) token + position
+    x = model.ln_e(model.wte(idx) + model.wpe.weight[t0:t0 + T])  # (B, T, D) token + position (ln_e: emb_norm)
     for block, cache, w in zip(model.blocks, state.layers, state.weights):
         x = block_step(block, x, cache, w, t0, state.capacity)
     state.t += T
@@ -494,3 +509,95 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None):
     finally:
         model.train(was_training)
     return idx
+
+
+# ----------------------------------------------------------------------------------------------
+# BERT's weights (Section 5.3): "the layers are identical to BERT's", so a pretrained BERT loads into this
+# file's post-LN block and fine-tunes. BERT's encoder, in eval mode, on ids [CLS] ... [SEP] 0-padded:
+#     X = LN_e(word[ids] + pos[0..L-1] + type[0])
+#     per layer:  X = LN_1(X + Attention(X W_Q, X W_K, X W_V) W_O)        (the output linear: variant vanilla)
+#                 X = LN_2(X + GELU(X W_1) W_2)                           (GELU with erf, eps = layer_norm_eps)
+#     last hidden state = X                                               (no final LayerNorm)
+
+def config_from_bert(bert_config, **overrides):
+    """Config of BERT's exact block from a Hugging Face BERT config.json (a dict), then `overrides`.
+
+    The default variant is "vanilla" (the output linear W_O = attention.output.dense, no extra skip): with
+    attention="softmax" this is BERT itself, and with the default attention="simple" it is SimpleTRON on BERT's
+    weights, BERT's own block with only the attention changed. variant="resl" (the paper's Table 1 variant with
+    the linear) adds the extra skip of Fig. 4 on top, which BERT's weights were not trained with."""
+    c = bert_config
+    if c.get("model_type", "bert") != "bert" or c.get("position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"not a BERT config (model_type {c.get('model_type')!r}, position_embedding_type "
+                         f"{c.get('position_embedding_type')!r}): from_bert reads BERT with absolute positions")
+    if c.get("hidden_act", "gelu") != "gelu":
+        raise ValueError(f"hidden_act {c['hidden_act']!r}: from_bert reads BERT's GELU (erf), hidden_act 'gelu'")
+    shape = dict(vocab_size=c["vocab_size"], n_embd=c["hidden_size"], n_head=c["num_attention_heads"],
+                 mlp_hidden=c["intermediate_size"], bias=True)
+    for k, v in shape.items():
+        if k in overrides and overrides[k] != v:
+            raise ValueError(f"{k} is BERT's own ({v}), not {overrides[k]}")
+    fields = dict(shape, n_layer=c["num_hidden_layers"], block_size=c["max_position_embeddings"],
+                  dropout=c.get("hidden_dropout_prob", 0.1), head="cls", attention="simple",
+                  variant="vanilla", norm="post", layer_norm_eps=c.get("layer_norm_eps", 1e-12), emb_norm=True,
+                  final_norm=False, learned_cls=False)
+    fields.update(overrides)
+    if not 1 <= fields["n_layer"] <= c["num_hidden_layers"]:
+        raise ValueError(f"n_layer {fields['n_layer']}: this BERT has {c['num_hidden_layers']} layers; keep 1 to "
+                         f"{c['num_hidden_layers']} of them")
+    if not 1 <= fields["block_size"] <= c["max_position_embeddings"]:
+        raise ValueError(f"block_size {fields['block_size']}: this BERT has {c['max_position_embeddings']} positions")
+    if fields["head"] == "lm" or fields["norm"] != "post" or fields.get("orthogonal"):
+        raise ValueError("BERT's weights fit the post-LN encoder (norm 'post', head 'cls' or 'match', not "
+                         "orthogonal)")
+    return Config(**fields)
+
+
+@torch.no_grad()
+def from_bert(state_dict, bert_config, **overrides):
+    """A Model with a Hugging Face BERT's weights: state_dict of BertModel (keys embeddings.*, encoder.*) or of a
+    model holding it (keys bert.*), bert_config its config.json as a dict, overrides any Config fields but BERT's
+    shape (config_from_bert). Buffers (position_ids, token_type_ids), the pooler and the pretraining heads (cls.*)
+    are not used; the classifier is new. The first n_layer layers and block_size positions are kept (variants
+    simple and res: not BERT's output linear either). Token type 0 is folded into the positions: every token is
+    of type 0. BERT's [CLS] is in the ids (learned_cls False) and pad id is 0, so with attention="softmax"
+    model.encode(ids) is BERT's last hidden state at the real tokens (in training, BERT's dropout of the
+    attention probabilities is not applied: this file has none)."""
+    config = config_from_bert(bert_config, **overrides)
+    sd = {}
+    for k, v in state_dict.items():                          # BertModel's names; TF-converted gamma/beta too
+        k = k[5:] if k.startswith("bert.") else k
+        sd[k.replace("LayerNorm.gamma", "LayerNorm.weight").replace("LayerNorm.beta", "LayerNorm.bias")] = v
+
+    def get(name):
+        if name not in sd:
+            raise ValueError(f"the BERT state dict has no {name} (nor bert.{name})")
+        return sd[name]
+
+    def put(param, value, name):
+        if param.shape != value.shape:
+            raise ValueError(f"BERT's {name} is {tuple(value.shape)}, its config.json makes it {tuple(param.shape)}")
+        param.copy_(value)
+
+    model = Model(config)
+    for param, name in ((model.wte.weight, "embeddings.word_embeddings.weight"),
+                        (model.ln_e.weight, "embeddings.LayerNorm.weight"),
+                        (model.ln_e.bias, "embeddings.LayerNorm.bias")):
+        put(param, get(name), name)
+    # pos[0..L-1] + type[0]: every token is of type 0, so its embedding is a constant, added to every position
+    put(model.wpe.weight, get("embeddings.position_embeddings.weight")[:config.block_size]
+        + get("embeddings.token_type_embeddings.weight")[0], "embeddings.position_embeddings.weight")
+    for i, block in enumerate(model.blocks):
+        p = f"encoder.layer.{i}."
+        pairs = [(block.attn.out, "attention.output.dense"), (block.ln1, "attention.output.LayerNorm"),
+                 (block.mlp.fc, "intermediate.dense"), (block.mlp.proj, "output.dense"),
+                 (block.ln2, "output.LayerNorm")]
+        for ours, theirs in pairs[isinstance(block.attn.out, nn.Identity):]:  # variants simple/res drop W_O
+            for part in ("weight", "bias"):
+                put(getattr(ours, part), get(f"{p}{theirs}.{part}"), f"{p}{theirs}.{part}")
+        # W_Q, W_K, W_V stacked (3D, D) as one linear: split(D) gives q, k, v in this order
+        for part in ("weight", "bias"):
+            put(getattr(block.attn.qkv, part),
+                torch.cat([get(f"{p}attention.self.{n}.{part}") for n in ("query", "key", "value")]),
+                f"{p}attention.self.{{query,key,value}}.{part}")
+    return model

@@ -113,6 +113,14 @@ PRESETS = {
     },
 }
 
+# --init_from_bert DIR: the shape is BERT's; the training defaults are BERT's fine-tuning (Devlin et al. 2019,
+# A.3: AdamW lr 5e-5, batch 16, weight decay 0.01, 10% warm-up then decay; cosine to 0 here), 128 tokens
+BERT_FINETUNE = dict(lr=5e-5, batch_size=16, weight_decay=0.01, warmup=100, schedule="cosine", min_lr=0.0,
+                     max_iters=1000, eval_interval=250, block_size=128)
+BERT_FOLDER = ("a Hugging Face BERT folder: config.json, model.safetensors or pytorch_model.bin, vocab.txt or "
+               "tokenizer.json")
+BERT_PIP = "--init_from_bert needs the safetensors and tokenizers packages: pip install safetensors tokenizers"
+
 # Flags of train.py itself (the model's Config fields are added as flags too). None = not given.
 FLAGS = [
     ("model", str, "simpletron", "model: " + ", ".join(MODELS)),
@@ -148,6 +156,8 @@ FLAGS = [
     ("resume", bool, False, "continue the run in out_dir from its ckpt.pt"),
     ("init_from", str, None, "start from this checkpoint's weights (a new run; see --eval_only)"),
     ("eval_only", bool, False, "with --init_from: evaluate on the task's val and test splits and stop"),
+    ("init_from_bert", str, None, "fine-tune a pretrained BERT (Hugging Face folder) with a new classifier on its "
+                                  "[CLS] state: --model softmax (BERT) or simpletron; --task agnews or imdb"),
     ("transfer_from", str, None, "--model softmax: copy this SimpleTRON checkpoint's q/k/v and freeze them"),
     ("steps", int, None, "with --init_from a DiffEqFormer: fine-tune its discretisation with N Euler steps"),
     ("lora_rank", int, 0, "with --steps: LoRA of this rank on every linear map, embeddings trainable (0: all)"),
@@ -292,13 +302,15 @@ def help_values(model, task, preset_name, listops_len=None):
     return {k: "none" if v is None else v for k, v in values.items()}
 
 
-def resolve(args, given, config_names):
-    """Fill every None of args: given flags > preset > defaults. Returns the Config overrides too."""
+def resolve(args, given, config_names, preset=None):
+    """Fill every None of args: given flags > preset (the task's, or the one given) > defaults. Returns the Config
+    overrides too."""
     defaults = {name: default for name, _, default, _ in FLAGS}
     model = args.model or defaults["model"]
     task = args.task or defaults["task"]
     presets = PRESETS[args.preset or defaults["preset"]]
-    preset = {**presets.get((model, "*"), {}), **presets.get((model, task), {})}
+    if preset is None:
+        preset = {**presets.get((model, "*"), {}), **presets.get((model, task), {})}
     unknown = set(preset) - set(defaults) - set(config_names)
     assert not unknown, f"preset for {model}/{task} sets unknown fields {unknown}"
     for name in defaults:
@@ -317,6 +329,73 @@ def load_checkpoint(path):
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise UsageError(f"{path} is not a readable checkpoint ({type(e).__name__}: {e})") from None
+
+
+def read_bert(args, given):
+    """--init_from_bert DIR: (config.json as a dict, the state dict). The task is then tokenised by DIR's WordPiece
+    (--tokenizer DIR). Every problem is one UsageError, before any work."""
+    folder, model, task = args.init_from_bert, args.model or "simpletron", args.task or "listops"
+    if model not in ("simpletron", "softmax"):
+        raise UsageError(f"--init_from_bert loads BERT into --model simpletron or softmax, not {model}")
+    if task not in data.WORDPIECE_TASKS:
+        raise UsageError(f"--init_from_bert fine-tunes on the text tasks {', '.join(data.WORDPIECE_TASKS)}, "
+                         f"not {task}")
+    for flag in ("init_from", "transfer_from", "steps", "eval_only"):
+        if flag in given and getattr(args, flag):
+            raise UsageError(f"--init_from_bert starts a new run from BERT's weights: drop --{flag}")
+    if "tokenizer" in given and os.path.abspath(args.tokenizer) != os.path.abspath(folder):
+        raise UsageError(f"--init_from_bert tokenises with {folder}'s own WordPiece: drop --tokenizer")
+    if not os.path.isdir(folder):
+        raise UsageError(f"--init_from_bert {folder} is not a folder; give {BERT_FOLDER}")
+    try:
+        with open(os.path.join(folder, "config.json")) as f:
+            config = json.load(f)
+        need = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings")
+        missing = [k for k in need if k not in config]
+    except (OSError, ValueError, TypeError) as e:
+        raise UsageError(f"--init_from_bert {folder}: cannot read config.json ({e}); give {BERT_FOLDER}") from None
+    if missing:
+        raise UsageError(f"--init_from_bert {folder}: config.json has no {', '.join(missing)}: not a BERT config")
+    if not any(os.path.isfile(os.path.join(folder, f)) for f in ("vocab.txt", "tokenizer.json")):
+        raise UsageError(f"--init_from_bert {folder} has neither vocab.txt nor tokenizer.json; give {BERT_FOLDER}")
+    try:
+        import tokenizers  # noqa: F401  (the task's WordPiece, in data.py)
+    except ImportError:
+        raise UsageError(BERT_PIP) from None
+    path = os.path.join(folder, "model.safetensors")
+    try:
+        if os.path.isfile(path):
+            try:
+                import safetensors.torch
+            except ImportError:
+                raise UsageError(BERT_PIP) from None
+            state_dict = safetensors.torch.load_file(path)
+        elif os.path.isfile(path := os.path.join(folder, "pytorch_model.bin")):
+            state_dict = torch.load(path, map_location="cpu", weights_only=True)
+        else:
+            raise UsageError(f"--init_from_bert {folder} has neither model.safetensors nor pytorch_model.bin; "
+                             f"give {BERT_FOLDER}")
+    except UsageError:
+        raise
+    except Exception as e:
+        raise UsageError(f"--init_from_bert: cannot read {path} ({type(e).__name__}: {data.one_line(e, 200)})") \
+            from None
+    if not isinstance(state_dict, dict) or not all(isinstance(v, torch.Tensor) for v in state_dict.values()):
+        raise UsageError(f"--init_from_bert: {path} is not a state dict of tensors")
+    args.tokenizer = folder
+    given.add("tokenizer")
+    return config, state_dict
+
+
+def bert_model(bert, model_name, overrides, device="cpu"):
+    """The model of --init_from_bert: BERT's weights, Config overrides on top (on the meta device: a check alone)."""
+    import simpletron
+    try:
+        with torch.device(device):
+            return simpletron.from_bert(bert[1], bert[0], **{**MODELS[model_name][1], **overrides})
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"--init_from_bert: {e}") from None
 
 
 def make_config(model_name, config_dict):
@@ -431,7 +510,12 @@ def main(argv=None):
             if k not in given:
                 setattr(args, k, v)
         given |= set(ckpt["args"])
-    overrides = resolve(args, given, config_names)
+    bert = None
+    if args.init_from_bert and ckpt is None:                 # SimpleTRON's Section 5.3: a pretrained BERT
+        bert = read_bert(args, given)
+    overrides = resolve(args, given, config_names, BERT_FINETUNE if bert else None)
+    if bert is not None:                                     # BERT's shape with the flags given: checked now
+        overrides = dataclasses.asdict(bert_model(bert, args.model, overrides, "meta").config)
     if args.init_from:                                       # never write over the run we start from
         source_dir = os.path.dirname(os.path.abspath(args.init_from))
         args.out_dir = args.out_dir or os.path.relpath(source_dir + ("-eval" if args.eval_only else "-finetune"))
@@ -463,8 +547,18 @@ def main(argv=None):
         for k, v in task_fields.items():
             if k in ("vocab_size", "head", "n_classes") and config_dict[k] != v:
                 raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {args.task} needs {v}")
+    if bert is not None:                                     # BERT's vocabulary, and a new classifier
+        if task.vocab_size > config_dict["vocab_size"]:
+            raise UsageError(f"--init_from_bert: the tokenizer has {task.vocab_size} ids, BERT's embedding "
+                             f"{config_dict['vocab_size']}")
+        config_dict["n_classes"] = task.n_classes
     config_dict = {**config_dict, **{k: v for k, v in task_fields.items() if k not in config_dict or k == "head"}}
-    model = build_model(args.model, config_dict)
+    if bert is not None:
+        model = bert_model(bert, args.model, config_dict)
+        print(f"from BERT {args.init_from_bert}: {model.config.n_layer} of {bert[0]['num_hidden_layers']} layers, "
+              f"{model.config.attention} attention; a new classifier on the [CLS] state (BERT's pooler is not used)")
+    else:
+        model = build_model(args.model, config_dict)
     if source is not None:
         model.load_state_dict(source["model"])
     if (args.steps is not None or args.lora_rank) and ckpt is None:   # DiffEqFormer's adaptive fine-tuning (6.2)
