@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint as recompute
 
 
 @dataclass
@@ -69,6 +70,7 @@ class Config:
     orthogonal: bool = False   # every weight matrix of the blocks orthogonal (Orthogonal Transformer)
     mlp_ratio: int = 4         # MLP width = mlp_ratio * n_embd (Table 3: 256 -> 1024)
     freeze_qkv: bool = False   # attention transfer (Section 4.2): q/k/v are not trained
+    checkpointing: bool = False  # recompute each block in the backward pass instead of storing its activations
 
     def __post_init__(self):
         choices = dict(head=("cls", "match", "lm"), attention=("simple", "softmax"),
@@ -278,8 +280,11 @@ class Model(nn.Module):
         x = self.drop(x + self.wpe.weight[: x.shape[1]])
         if self.config.head == "lm":
             mask = None                                      # language models are not padded
-        for block in self.blocks:
-            x = block(x, mask)
+        for block in self.blocks:                            # checkpointing: the same values, less memory
+            if self.config.checkpointing and self.training:
+                x = recompute(block, x, mask, use_reentrant=False)
+            else:
+                x = block(x, mask)
         return self.ln_f(x), mask
 
     def forward(self, idx, targets=None):
