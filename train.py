@@ -355,15 +355,15 @@ class Distributed:
         self.on = "RANK" in os.environ and "WORLD_SIZE" in os.environ     # set by torchrun
         self.rank, self.world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if self.on else (0, 1)
         self.master, self.device = self.rank == 0, device
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))          # the process's number on its machine
         if not self.on:
             return
         if device not in ("cuda", "cpu"):
             raise UsageError(f"torchrun runs train.py on --device cuda (nccl) or cpu (gloo), not {device}")
         if device == "cuda":
-            local_rank = int(os.environ["LOCAL_RANK"])
-            if local_rank >= torch.cuda.device_count():
+            if self.local_rank >= torch.cuda.device_count():
                 raise UsageError(f"--nproc_per_node is more than the {torch.cuda.device_count()} GPUs of this machine")
-            torch.cuda.set_device(local_rank)                # "cuda" is now this process's own GPU
+            torch.cuda.set_device(self.local_rank)           # "cuda" is now this process's own GPU
         torch.distributed.init_process_group("nccl" if device == "cuda" else "gloo")
         # where the others wait while rank 0 prepares the data: as long as that takes (a download: hours)
         self.waiting_room = torch.distributed.new_group(backend="gloo", timeout=datetime.timedelta(days=1))
@@ -385,21 +385,24 @@ class Distributed:
         return self.sum(float(flag))[0] > 0 if self.on else flag
 
     def rank0_first(self, fn):
-        """fn() on rank 0, then on the others: data is generated, downloaded and cached once, by one process.
-        If fn fails on rank 0, the others stop too (rank 0 says why)."""
+        """fn() on rank 0, then on the first process of each other machine, then on the rest: data is generated,
+        downloaded and cached by one process at a time (once if the machines share --cache_dir, else once per
+        machine), and read from that cache by the others. If fn fails, all stop (the one that failed says why)."""
         if not self.on:
             return fn()
-        if self.master:
-            try:
-                out = fn()
-            except BaseException:
-                self._rank0_failed(True)
-                raise
-        if self._rank0_failed(False):
-            raise SystemExit(2)
-        return out if self.master else fn()
+        out, turn = None, 0 if self.master else 1 if self.local_rank == 0 else 2
+        for t in range(3):
+            if t == turn:
+                try:
+                    out = fn()
+                except BaseException:
+                    self._failed(True)
+                    raise
+            if self._failed(False):
+                raise SystemExit(2)
+        return out
 
-    def _rank0_failed(self, failed):
+    def _failed(self, failed):
         flag = torch.tensor([float(failed)])
         torch.distributed.all_reduce(flag, group=self.waiting_room)
         return flag.item() > 0
@@ -666,12 +669,12 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    rank = int(os.environ.get("RANK", 0))                    # torchrun: rank 0 prints, the others are quiet
+    rank = int(os.environ.get("RANK", 0))                    # torchrun: rank 0 prints, the others are quiet ...
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else open(os.devnull, "w")):
             main()
     except (UsageError, data.DataError) as e:
-        if rank == 0:
+        if int(os.environ.get("LOCAL_RANK", 0)) == 0:       # ... but for an error: once on each machine
             print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     if torch.distributed.is_initialized():
