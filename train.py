@@ -6,7 +6,7 @@ Train or evaluate any model of this project on any task, on one GPU or a CPU.
     python train.py --model softmax --task ptb --data_dir ../shared/data/ptb --n_layer 2
     python train.py --resume --out_dir out/simpletron-listops     # continue a run exactly
     python train.py --init_from out/x/ckpt.pt --eval_only --task listops --data_dir lra/listops-1000
-    torchrun --standalone --nproc_per_node=8 train.py --model softmax --task openwebtext --preset paper
+    torchrun --standalone --nproc_per_node=8 train.py --model softmax --task ptb --preset paper --batch_size 2
 
 Settings are layered: the model's Config defaults < what the task fixes (vocabulary, length, head) <
 the preset (--preset cpu|paper) < the flags you give. Every field of the model's Config is a flag.

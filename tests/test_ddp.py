@@ -91,6 +91,8 @@ def test_two_processes_train_as_one_process_with_the_doubled_batch_and_resume_on
     assert m3["args"]["batch_size"] == 4 and m3["world_size"] == 1
     a, b = losses(one), losses(two)
     assert sorted(b) == list(range(1, 7))
+    times = [r["time"] for r in log_of(two)]                 # the run's clock goes on across the resume
+    assert times == sorted(times) and times[0] > 0
     assert [b[s] for s in range(1, 7)] == pytest.approx([a[s] for s in range(1, 7)], rel=1e-5)
     for k in ("val_loss", "val_acc", "test_loss", "test_acc", "n_val", "n_test"):
         assert m3[k] == pytest.approx(m1[k], rel=1e-5), k
