@@ -41,6 +41,9 @@ speed      training step (forward, backward, gradient clipping, AdamW) and infer
            (model.prefill, untimed, then --new_tokens model.decode steps, timed), and the size of the state the
            model keeps (SimpleTRON, TransJect: fixed; softmax GPT, DiffEqFormer: the KV cache). With --lengths ''
            generation alone.
+           --checkpointing adds each model's training step with Config.checkpointing (every block recomputed in
+           the backward pass): its peak memory and time beside the plain step's, and the loss and gradient
+           differences between the two (zero: recomputation repeats the same operations).
 """
 
 import argparse
@@ -852,11 +855,11 @@ def count_flops(fn):
     return counter.get_total_flops()
 
 
-def speed_model(name, length, args):
+def speed_model(name, length, args, **extra):
     """The model `name` of train.py with the benchmark's shape (fields a model lacks are left out)."""
     fields = {f.name for f in dataclasses.fields(train.model_module(name).Config)}
     cfg = dict(train.MODELS[name][1], vocab_size=args.vocab, block_size=length, n_layer=args.n_layer, n_head=args.n_head,
-               n_embd=args.n_embd, dropout=0.0, bias=True, head=args.head, n_classes=10)
+               n_embd=args.n_embd, dropout=0.0, bias=True, head=args.head, n_classes=10, **extra)
     if args.time_dim:
         cfg["time_dim"] = args.time_dim
     return train.build_model(name, {k: v for k, v in cfg.items() if k in fields})
@@ -915,6 +918,23 @@ def make_steps(model, batch, length, vocab, head, device):
         loss.backward()
         opt.zero_grad(set_to_none=True)
     return {"train": train_step, "infer": infer_step, "flops_train": forward_backward}
+
+
+def checkpointing_difference(model, recomputing, batch, length, vocab, head, device):
+    """Largest |difference| of the loss and of any gradient between a model and its copy with checkpointing."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(1, vocab, (batch, length), generator=g).to(device)
+    y = (torch.randint(0, vocab, (batch, length), generator=g) if head == "lm"
+         else torch.randint(0, 10, (batch,), generator=g)).to(device)
+    losses, grads = [], []
+    for m in (model, recomputing):
+        m.train()
+        _, loss = m(x, y)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append([p.grad.clone() for p in m.parameters() if p.grad is not None])
+        m.zero_grad(set_to_none=True)
+    return abs(losses[0] - losses[1]), max((a - b).abs().max().item() for a, b in zip(*grads, strict=True))
 
 
 def timed(fn, device, n=1, clock="wall"):
@@ -1000,6 +1020,13 @@ def _speed(args, device, models, lengths, nano):
             for mode in ("train", "infer"):
                 configs.append(({"model": m, "length": L, "mode": mode, "batch": args.batch, "params": params},
                                 steps, mode))
+            if args.checkpointing and m not in ATTENTION:    # the same weights, every block recomputed
+                ck = speed_model(m, L, args, checkpointing=True).to(device)
+                ck.load_state_dict(model.state_dict())
+                loss_diff, grad_diff = checkpointing_difference(model, ck, args.batch, L, args.vocab, args.head, device)
+                configs.append(({"model": m, "length": L, "mode": "train", "batch": args.batch, "params": params,
+                                 "config": "checkpointing", "loss_diff": loss_diff, "grad_diff": grad_diff},
+                                make_steps(ck, args.batch, L, args.vocab, args.head, device), "train"))
     c = NANOGPT_CPU
     ours = train.build_model("softmax", dict(train.MODELS["softmax"][1], vocab_size=c["vocab"], block_size=c["block_size"],
                                              n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0,
@@ -1056,6 +1083,16 @@ def _speed(args, device, models, lengths, nano):
                     if g and o:
                         ratios.append({"what": f"{other} / {base} tokens per second", "length": L, "mode": mode,
                                        "ratio": paired(g, o)})
+    for L in lengths:
+        for m in models:
+            a, b = find(m, L, "train"), find(m, L, "train", "checkpointing")
+            if a and b:
+                ratios.append({"what": f"{m} checkpointing / plain training step, peak memory ({b['peak_mem_mb']:.0f} "
+                                       f"/ {a['peak_mem_mb']:.0f} MiB)", "length": L, "mode": "train",
+                               "ratio": b["peak_mem_mb"] / a["peak_mem_mb"]})
+                ratios.append({"what": f"{m} checkpointing / plain training step, time (loss difference "
+                                       f"{b['loss_diff']:.1e}, largest gradient difference {b['grad_diff']:.1e})",
+                               "length": L, "mode": "train", "ratio": paired(b, a)})
     if len(lengths) >= 2:
         for m in models:
             a, b = find(m, lengths[0], "train"), find(m, lengths[-1], "train")
@@ -1366,6 +1403,8 @@ def parse(argv):
                     "context length (with --lengths '': generation alone)")
     sp.add_argument("--contexts", default="256,1024,4096", help="--generate: prompt lengths before the new tokens")
     sp.add_argument("--new_tokens", type=int, default=32, help="--generate: decode steps timed per round")
+    sp.add_argument("--checkpointing", action="store_true", help="also each model's training step with activation "
+                    "checkpointing (Config.checkpointing): peak memory, time, loss and gradient differences")
     args = p.parse_args(argv)
     if args.command is None:
         raise UsageError("give a subcommand: " + ", ".join(helps) + " (python analyze.py --help)")

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint as recompute
 
 
 @dataclass
@@ -81,6 +82,7 @@ class Config:
     learned_cls: bool = True   # cls/match heads: prepend a learned CLS token; False: the ids carry their own
                                # CLS at position 0 (BERT's [CLS]) and the head reads it there
     mlp_hidden: int = 0        # MLP width; 0: mlp_ratio * n_embd (BERT's intermediate_size)
+    checkpointing: bool = False  # recompute each block in the backward pass instead of storing its activations
 
     def __post_init__(self):
         choices = dict(head=("cls", "match", "lm"), attention=("simple", "softmax"),
@@ -293,8 +295,11 @@ class Model(nn.Module):
         x = self.drop(self.ln_e(x + self.wpe.weight[: x.shape[1]]))  # ln_e: BERT's embedding LayerNorm
         if self.config.head == "lm":
             mask = None                                      # language models are not padded
-        for block in self.blocks:
-            x = block(x, mask)
+        for block in self.blocks:                            # checkpointing: the same values, less memory
+            if self.config.checkpointing and self.training:
+                x = recompute(block, x, mask, use_reentrant=False)
+            else:
+                x = block(x, mask)
         return self.ln_f(x), mask
 
     def forward(self, idx, targets=None):

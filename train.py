@@ -7,16 +7,19 @@ Train or evaluate any model of this project on any task, on one GPU or a CPU.
     python train.py --help --model transject --task imdb [--preset paper]   # [the values this run would use]
     python train.py --resume --out_dir out/simpletron-listops     # continue a run exactly
     python train.py --init_from out/x/ckpt.pt --eval_only --task listops --data_dir lra/listops-1000
+    torchrun --standalone --nproc_per_node=8 train.py --model softmax --task ptb --preset paper --batch_size 2
 
 Settings are layered: the model's Config defaults < what the task fixes (vocabulary, length, head) <
 the preset (--preset cpu|paper) < the flags you give. Every field of the model's Config is a flag.
 The run writes out_dir/ckpt.pt (atomically, at every evaluation), out_dir/log.jsonl and
-out_dir/metrics.json.
+out_dir/metrics.json. Under torchrun (DistributedDataParallel, one device per process) --batch_size is per
+process: N processes with batch b train as one process with batch N * b (docs/multigpu.md).
 """
 
 import argparse
 import contextlib
 import dataclasses
+import datetime
 import importlib
 import json
 import math
@@ -28,7 +31,11 @@ import time
 import numpy as np
 import torch
 
-import data
+if int(os.environ.get("RANK", 0)):                          # torchrun: progress bars on rank 0 only
+    os.environ.setdefault("TQDM_DISABLE", "1")
+from tqdm import tqdm  # noqa: E402
+
+import data  # noqa: E402
 
 # model name -> (module, Config overrides that make it that model)
 MODELS = {
@@ -456,16 +463,24 @@ def gate_report(model, start, args, steps):
 
 
 @torch.no_grad()
-def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=1234):
-    """Loss and accuracy (cls, match) or perplexity (lm) over a split, or over max_batches fixed batches."""
+def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=1234, dist=None, progress=None):
+    """Loss and accuracy (cls, match) or perplexity (lm) over a split, or over max_batches fixed batches.
+    dist (torchrun): each process evaluates its share of every batch of batch_size and the sums are added over
+    the processes, so the metrics are one process's with that batch. progress: title of a progress bar."""
     model.eval()
     if max_batches is None:
-        batches = split.batches(batch_size)
+        batches, n_batches = split.batches(batch_size), -(-len(split) // batch_size)
     else:
         rng = np.random.default_rng(seed)
-        batches = (split.sample(batch_size, rng) for _ in range(max_batches))
+        batches, n_batches = (split.sample(batch_size, rng) for _ in range(max_batches)), max_batches
+    if progress:                                             # on a terminal only
+        batches = tqdm(batches, desc=progress, total=n_batches, unit="batch", leave=False, disable=None)
     total_loss, correct, count = 0.0, 0, 0
     for x, y in batches:
+        if dist is not None:
+            x, y = dist.share(x), dist.share(y)
+            if not len(y):                                   # a last batch with fewer examples than processes
+                continue
         x, y = x.to(device), y.to(device)
         with autocast:
             logits, loss = model(x, y)
@@ -474,6 +489,9 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
         if logits.dim() == 2:
             correct += (logits.argmax(-1) == y).sum().item()
         count += n
+    if dist is not None:
+        total_loss, correct, count = dist.sum(total_loss, correct, count)
+        correct, count = int(correct), int(count)
     model.train()
     out = {"loss": total_loss / count, "n": count}
     if isinstance(split, data.LMSplit):
@@ -481,6 +499,77 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
     else:
         out["acc"] = correct / count
     return out
+
+
+class Distributed:
+    """The processes of one torchrun launch (DistributedDataParallel, one device each: cuda:LOCAL_RANK with
+    nccl, or the CPU with gloo). Without torchrun: one process, rank 0 of 1, and every method does nothing."""
+
+    def __init__(self, device):
+        self.on = "RANK" in os.environ and "WORLD_SIZE" in os.environ     # set by torchrun
+        self.rank, self.world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if self.on else (0, 1)
+        self.master, self.device = self.rank == 0, device
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))          # the process's number on its machine
+        if not self.on:
+            return
+        if device not in ("cuda", "cpu"):
+            raise UsageError(f"torchrun runs train.py on --device cuda (nccl) or cpu (gloo), not {device}")
+        if device == "cuda":
+            if self.local_rank >= torch.cuda.device_count():
+                raise UsageError(f"--nproc_per_node is more than the {torch.cuda.device_count()} GPUs of this machine")
+            torch.cuda.set_device(self.local_rank)           # "cuda" is now this process's own GPU
+        torch.distributed.init_process_group("nccl" if device == "cuda" else "gloo")
+        # where the others wait while rank 0 prepares the data: as long as that takes (a download: hours)
+        self.waiting_room = torch.distributed.new_group(backend="gloo", timeout=datetime.timedelta(days=1))
+
+    def share(self, x):
+        """This process's part of a global batch (dim 0); the parts in rank order make up the batch."""
+        return x.tensor_split(self.world)[self.rank] if self.on else x
+
+    def sum(self, *values):
+        """Each value summed over the processes."""
+        if not self.on:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(t)
+        return t.tolist()
+
+    def any(self, flag):
+        """True on every process if flag is True on one (so that all stop at the same step)."""
+        return self.sum(float(flag))[0] > 0 if self.on else flag
+
+    def rank0_first(self, fn):
+        """fn() on rank 0, then on the first process of each other machine, then on the rest: data is generated,
+        downloaded and cached by one process at a time (once if the machines share --cache_dir, else once per
+        machine), and read from that cache by the others. If fn fails, all stop (the one that failed says why)."""
+        if not self.on:
+            return fn()
+        out, turn = None, 0 if self.master else 1 if self.local_rank == 0 else 2
+        for t in range(3):
+            if t == turn:
+                try:
+                    out = fn()
+                except BaseException:
+                    self._failed(True)
+                    raise
+            if self._failed(False):
+                raise SystemExit(2)
+        return out
+
+    def _failed(self, failed):
+        flag = torch.tensor([float(failed)])
+        torch.distributed.all_reduce(flag, group=self.waiting_room)
+        return flag.item() > 0
+
+
+def unused_parameters(model, x, y, autocast):
+    """The trainable parameters that a training step leaves without a gradient (DDP must be told of them)."""
+    with autocast:
+        _, loss = model(x, y)
+    loss.backward()
+    unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    model.zero_grad(set_to_none=True)
+    return unused
 
 
 def fmt(metrics):
@@ -502,6 +591,7 @@ def main(argv=None):
                     setattr(args, k, source["args"][k])
                     given.add(k)
         given |= {"model", "task"}
+    batch_given = "batch_size" in given
     if args.resume:                                          # the run's own flags, updated by the given ones
         if args.out_dir is None:
             raise UsageError("--resume needs --out_dir, the folder of the run to continue")
@@ -527,6 +617,14 @@ def main(argv=None):
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     device = args.device
+    dist = Distributed(device)                               # torchrun's processes, or this one alone
+    if ckpt is not None and ckpt.get("world_size", 1) != dist.world and not batch_given:
+        global_batch = args.batch_size * ckpt.get("world_size", 1)    # resumed on another number of processes
+        if global_batch % dist.world:
+            raise UsageError(f"{args.out_dir} was trained with a global batch of {global_batch}, which "
+                             f"{dist.world} processes cannot share equally: give --batch_size")
+        args.batch_size = global_batch // dist.world
+        print(f"{dist.world} processes of --batch_size {args.batch_size} keep the run's batch of {global_batch}")
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else contextlib.nullcontext()
     torch.manual_seed(args.seed)
 
@@ -538,9 +636,18 @@ def main(argv=None):
     else:
         config_dict = dict(MODELS[args.model][1], **overrides)
     make_config(args.model, config_dict)                     # bad settings fail before any data is loaded
-    task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
-                          tokenizer=args.tokenizer, **{k: getattr(args, k) for k in LISTOPS_FLAGS},
-                          **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
+
+    def load_data():
+        task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
+                              tokenizer=args.tokenizer, **{k: getattr(args, k) for k in LISTOPS_FLAGS},
+                              **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
+        for name in ("train", "val", "test") if dist.on else ():   # torchrun: every split made and cached now
+            if task.has(name) and not (name == "train" and args.eval_only):
+                split = task.split(name)
+                split = split.subset(args.n_train) if name == "train" and args.n_train is not None else split
+                getattr(split, "full", lambda: None)()       # a sharded split: all its shards
+        return task
+    task = dist.rank0_first(load_data)                       # rank 0 first, then the others read its cache
     head = {"cls": "cls", "match": "match", "lm": "lm"}[task.kind]
     task_fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=head, n_classes=task.n_classes)
     if source is not None or ckpt is not None:
@@ -585,22 +692,26 @@ def main(argv=None):
     config_dict = dataclasses.asdict(model.config)
     run_args = {name: getattr(args, name) for name, *_ in FLAGS}
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{args.model} on {args.task} ({device}): {n_params / 1e6:.2f}M parameters | {fmt(config_dict)}")
+    print(f"{args.model} on {args.task} ({device}{f' x {dist.world} processes' if dist.on else ''}): "
+          f"{n_params / 1e6:.2f}M parameters | {fmt(config_dict)}")
     if args.time_limit is not None:                          # a preset's limit is never silent
         print(f"training stops after {args.time_limit:g} min of wall time"
               f"{'' if 'time_limit' in given else f' (the {args.preset} preset; --time_limit to change)'}")
-    os.makedirs(args.out_dir, exist_ok=True)
+    if dist.master:
+        os.makedirs(args.out_dir, exist_ok=True)
 
     def final_metrics(extra):
         out = {"model": args.model, "task": args.task}
         for split in ("val", "test"):
             if task.has(split):
-                m = evaluate(model, task.split(split), args.batch_size, device, autocast)
+                m = evaluate(model, task.split(split), args.batch_size * dist.world, device, autocast, dist=dist,
+                             progress=f"evaluating {split}" if dist.master else None)
                 print(f"{split}: {fmt(m)}")
                 out.update({f"{split}_{k}" if k != "n" else f"n_{split}": v for k, v in m.items()})
-        out.update(extra, config=config_dict, args=run_args)
-        data.atomic_write_text(os.path.join(args.out_dir, "metrics.json"), json.dumps(out, indent=2) + "\n")
-        print(f"wrote {os.path.join(args.out_dir, 'metrics.json')}")
+        out.update(extra, world_size=dist.world, config=config_dict, args=run_args)
+        if dist.master:
+            data.atomic_write_text(os.path.join(args.out_dir, "metrics.json"), json.dumps(out, indent=2) + "\n")
+            print(f"wrote {os.path.join(args.out_dir, 'metrics.json')}")
         return out
 
     if args.eval_only:
@@ -612,6 +723,12 @@ def main(argv=None):
     if args.n_train is not None:
         train = train.subset(args.n_train)
     train_model = torch.compile(model) if args.compile else model
+    if dist.on:     # DDP averages the gradients over the processes; told of parameters a step leaves unused
+        x, y = (dist.share(t).to(device) for t in train.sample(args.batch_size * dist.world, np.random.default_rng(0)))
+        unused = dist.sum(len(unused_parameters(model, x, y, autocast)))[0]
+        train_model = torch.nn.parallel.DistributedDataParallel(
+            train_model, device_ids=[torch.cuda.current_device()] if device == "cuda" else None,
+            find_unused_parameters=unused > 0)
     optimizer = make_optimizer(model, args, device)
     start = 0
     gate_start = {name: p.item() for name, p in model.named_parameters() if p.dim() == 0}
@@ -624,43 +741,51 @@ def main(argv=None):
         gate_start = ckpt.get("gate_start", gate_start)
         print(f"resuming {args.out_dir} at step {start}")
 
+    def run_time():                                          # seconds of the run, earlier sessions included
+        return (ckpt.get("time", 0.0) if ckpt is not None else 0.0) + time.time() - t_start
+
     log_path = os.path.join(args.out_dir, "log.jsonl")
-    if ckpt is not None and os.path.isfile(log_path):        # steps after the checkpoint run again: drop them
+    if ckpt is not None and os.path.isfile(log_path) and dist.master:   # steps after the checkpoint run again
         with open(log_path) as f:
             kept = [line for line in f if line.strip() and json.loads(line)["step"] <= start]
         data.atomic_write_text(log_path, "".join(kept))
-    log = open(log_path, "a" if ckpt is not None else "w")
+    log = open(log_path, "a" if ckpt is not None else "w") if dist.master else open(os.devnull, "w")
 
     def checkpoint(it):
-        save_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), {
-            "model_name": args.model, "config": config_dict, "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(), "iter": it, "args": run_args, "gate_start": gate_start})
+        if dist.master:
+            save_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), {
+                "model_name": args.model, "config": config_dict, "model": model.state_dict(),
+                "optimizer": optimizer.state_dict(), "iter": it, "args": run_args, "gate_start": gate_start,
+                "world_size": dist.world, "time": run_time()})
 
     it, tokens, t_train = start, 0, 0.0
     window = {"loss": 0.0, "correct": 0, "count": 0, "steps": 0, "seconds": 0.0}  # one log interval
     stopped = "max_iters"
     try:
         while it < args.max_iters:
-            if args.time_limit is not None and time.time() - t_start > 60 * args.time_limit:
+            if args.time_limit is not None and dist.any(time.time() - t_start > 60 * args.time_limit):
                 stopped = f"time_limit ({args.time_limit} min)"
                 break
             t0 = time.time()
             lr = learning_rate(args, it + 1)
             for group in optimizer.param_groups:
                 group["lr"] = lr * group["lr_scale"]
-            # the data and the dropout of step `it` depend on (seed, it) alone: resuming replays them exactly
+            # the data and the dropout of step `it` depend on (seed, it) alone: resuming replays them exactly.
+            # torchrun: every process draws the same global batch and takes its share; its own dropout masks
             rng = np.random.default_rng([args.seed, it])
-            torch.manual_seed(args.seed * 1_000_003 + it)
+            torch.manual_seed(args.seed * 1_000_003 + it + dist.rank * 2 ** 40)
             loss_sum, correct, count = 0.0, 0, 0
-            for _ in range(args.grad_accum):
-                x, y = train.sample(args.batch_size, rng)
+            for micro in range(args.grad_accum):
+                x, y = train.sample(args.batch_size * dist.world, rng)
                 if it < args.short_steps and task.kind != "lm":
                     x = x[..., :args.short_len]
                 tokens += train.tokens_in(x)
-                x, y = x.to(device), y.to(device)
-                with autocast:
-                    logits, loss = train_model(x, y)
-                (loss / args.grad_accum).backward()
+                x, y = dist.share(x).to(device), dist.share(y).to(device)
+                last = micro == args.grad_accum - 1          # DDP: gradients averaged after the last micro-batch
+                with contextlib.nullcontext() if last or not dist.on else train_model.no_sync():
+                    with autocast:
+                        logits, loss = train_model(x, y)
+                    (loss / args.grad_accum).backward()
                 loss_sum += loss.item() / args.grad_accum
                 if logits.dim() == 2:
                     correct += (logits.argmax(-1) == y).sum().item()
@@ -670,8 +795,11 @@ def main(argv=None):
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             it += 1
+            if dist.on:                                      # averages over all the processes' examples
+                loss_sum, correct, count = dist.sum(loss_sum, correct, count)
+                loss_sum /= dist.world
             t_train += time.time() - t0
-            record = {"step": it, "loss": loss_sum, "lr": lr}
+            record = {"step": it, "loss": loss_sum, "lr": lr, "time": round(run_time(), 3)}
             if count:
                 record["acc"] = correct / count
             log.write(json.dumps(record) + "\n")
@@ -686,16 +814,21 @@ def main(argv=None):
                       f" | lr {lr:.2e} | {rate / 1e3:.1f}k tok/s | eta {eta / 60:.1f} min", flush=True)
                 window = dict.fromkeys(window, 0)
             if (it % args.eval_interval == 0 or it == args.max_iters) and task.has("val"):
-                m = evaluate(model, task.split("val"), args.batch_size, device, autocast, args.eval_iters)
+                m = evaluate(model, task.split("val"), args.batch_size * dist.world, device, autocast, args.eval_iters,
+                             dist=dist)
                 print(f"step {it} val: {fmt(m)}", flush=True)
-                log.write(json.dumps({"step": it, **{f"val_{k}": v for k, v in m.items()}}) + "\n")
+                log.write(json.dumps({"step": it, **{f"val_{k}": v for k, v in m.items()},
+                                      "time": round(run_time(), 3)}) + "\n")
                 log.flush()
                 checkpoint(it)
     except KeyboardInterrupt:
         stopped = "interrupted"
-        print(f"\ninterrupted at step {it}; continue with: python train.py --resume --out_dir {args.out_dir}")
+        launch = f"torchrun --nproc_per_node={dist.world}" if dist.on else "python"
+        print(f"\ninterrupted at step {it}; continue with: {launch} train.py --resume --out_dir {args.out_dir}")
     checkpoint(it)
     log.close()
+    if stopped == "interrupted" and dist.on:                 # the other processes may be anywhere: no evaluation
+        return None
     if stopped != "max_iters":
         print(f"stopped at step {it}: {stopped}")
     gates = gate_report(model, gate_start, args, it)
@@ -708,8 +841,13 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    rank = int(os.environ.get("RANK", 0))                    # torchrun: rank 0 prints, the others are quiet ...
     try:
-        main()
+        with contextlib.redirect_stdout(sys.stdout if rank == 0 else open(os.devnull, "w")):
+            main()
     except (UsageError, data.DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        if int(os.environ.get("LOCAL_RANK", 0)) == 0:       # ... but for an error: once on each machine
+            print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()

@@ -69,6 +69,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint as recompute
 
 
 @dataclass
@@ -89,6 +90,7 @@ class Config:
     sigma: str = "learned"    # Σ: "exact" (eigenvalues), "learned" (the paper's approximation), "random"
     sigma_loss_weight: float = 0.1  # weight of the reconstruction loss added to the task loss (sigma="learned")
     pool: str = "mean"        # cls/match: "mean" (IMDb, AG News) or "max" (LRA) over the real tokens (B.1)
+    checkpointing: bool = False  # recompute each layer in the backward pass instead of storing its activations
 
     def __post_init__(self):
         choices = dict(head=("cls", "match", "lm"), sigma=("exact", "learned", "random"), pool=("mean", "max"))
@@ -275,8 +277,11 @@ class Model(nn.Module):
         mask = idx != 0
         X = self.embed(idx)                                  # X^(0)                              (§3.5)
         Sigma, recon = self.spectrum(X, mask)                # computed once, shared by all layers
-        for block in self.blocks:
-            X = block(X, mask, Sigma)
+        for block in self.blocks:                            # checkpointing: the same values, less memory
+            if self.config.checkpointing and self.training:
+                X = recompute(block, X, mask, Sigma, use_reentrant=False)
+            else:
+                X = block(X, mask, Sigma)
         return X, mask, recon
 
     def pool(self, X, mask):                                 # (B, L, d) -> (B, d) over the real tokens (B.1)

@@ -1,0 +1,192 @@
+"""Several processes (torchrun, DistributedDataParallel on gloo) train as one process with their summed batch;
+activation checkpointing changes no number; single-process runs keep the losses they had before either."""
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import data
+import diffeqformer
+import simpletron
+import train
+import transject
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--n_layer", "2", "--n_embd", "16", "--n_head", "2", "--eval_iters", "2", "--log_interval", "3",
+        "--warmup", "2", "--eval_interval", "3"]
+
+
+def write_listops(folder, sizes, seed):
+    folder.mkdir(parents=True, exist_ok=True)
+    examples = data.listops_chunk(((seed, 0), sum(sizes), 5, 80))          # short trees: fast tests
+    start = 0
+    for split, n in zip(("train", "val", "test"), sizes):
+        data.write_listops_tsv(folder / f"basic_{split}.tsv", examples[start:start + n])
+        start += n
+    return folder
+
+
+def log_of(out_dir):
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def losses(out_dir):
+    return {r["step"]: r["loss"] for r in log_of(out_dir) if "loss" in r}
+
+
+# values logged by train.py before torchrun support and checkpointing existed (the same commands, this data)
+BEFORE = {
+    "simpletron": [2.303182601928711, 2.298762559890747, 2.295102119445801, 2.30035138130188, 2.3073251247406006,
+                   2.303036689758301, 2.300715684890747],
+    "softmax": [2.300496220588684, 2.294146776199341, 2.3056615591049194, 2.283579707145691, 2.2925527095794678,
+                2.3079605102539062, 2.28678560256958],
+}
+
+
+def test_single_process_runs_log_the_losses_they_logged_before(tmp_path):
+    lra = write_listops(tmp_path / "lra", (48, 48, 48), seed=5)
+    common = [*TINY, "--data_dir", lra, "--batch_size", "4", "--max_iters", "7", "--dropout", "0.1"]
+    for name, extra in (("simpletron", []), ("softmax", ["--grad_accum", "2"])):
+        out = tmp_path / name
+        m = train.main([str(a) for a in ["--model", name, *common, *extra, "--out_dir", out]])
+        got = losses(out)
+        assert [got[s] for s in range(1, 8)] == pytest.approx(BEFORE[name], rel=1e-5, abs=0), name
+        assert m["world_size"] == 1 and m["n_val"] == 48
+        records = log_of(out)                                # every record has the run's time, in order
+        times = [r["time"] for r in records]
+        assert all(isinstance(t, float) for t in times) and times == sorted(times)
+        assert any("val_loss" in r for r in records)
+
+
+def torchrun(nproc, *argv):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           os.path.join(ROOT, "train.py"), *map(str, argv)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    return p
+
+
+def test_two_processes_train_as_one_process_with_the_doubled_batch_and_resume_on_one(tmp_path):
+    # 13 val and 11 test examples: the last evaluation batch of 4 leaves one process a part with one example
+    # or none; grad_accum 2: the first micro-batch's gradients stay local (no_sync)
+    lra = write_listops(tmp_path / "lra", (40, 13, 11), seed=7)
+    common = [*TINY, "--data_dir", lra, "--grad_accum", "2", "--dropout", "0", "--lr_decay_iters", "6"]
+    one = tmp_path / "one"
+    m1 = train.main([str(a) for a in [*common, "--batch_size", "4", "--max_iters", "6", "--out_dir", one]])
+    two = tmp_path / "two"
+    p = torchrun(2, *common, "--batch_size", "2", "--max_iters", "3", "--out_dir", two)
+    assert "x 2 processes" in p.stdout and p.stdout.count("wrote ") == 1  # rank 0 alone prints
+    assert sorted(os.listdir(two)) == ["ckpt.pt", "log.jsonl", "metrics.json"]
+    m2 = json.loads((two / "metrics.json").read_text())
+    assert m2["world_size"] == 2 and m2["args"]["batch_size"] == 2
+    # the 2-process checkpoint continues in one process with batch 4, the same global batch
+    m3 = train.main(["--resume", "--out_dir", str(two), "--max_iters", "6"])
+    assert m3["args"]["batch_size"] == 4 and m3["world_size"] == 1
+    a, b = losses(one), losses(two)
+    assert sorted(b) == list(range(1, 7))
+    times = [r["time"] for r in log_of(two)]                 # the run's clock goes on across the resume
+    assert times == sorted(times) and times[0] > 0
+    assert [b[s] for s in range(1, 7)] == pytest.approx([a[s] for s in range(1, 7)], rel=1e-5)
+    for k in ("val_loss", "val_acc", "test_loss", "test_acc", "n_val", "n_test"):
+        assert m3[k] == pytest.approx(m1[k], rel=1e-5), k
+    # evaluation split over the processes (during training and at the end): every example counted once
+    val1 = [r for r in log_of(one) if "val_loss" in r and r["step"] == 3]
+    val2 = [r for r in log_of(two) if "val_loss" in r and r["step"] == 3]
+    assert val2[0]["val_n"] == val1[0]["val_n"] == 8                     # eval_iters 2 x batch 4
+    assert val2[0]["val_loss"] == pytest.approx(val1[0]["val_loss"], rel=1e-5)
+    one3 = train.main([str(a) for a in [*common, "--batch_size", "4", "--max_iters", "3", "--out_dir",
+                                        tmp_path / "one3"]])
+    assert (m2["n_val"], m2["n_test"]) == (one3["n_val"], one3["n_test"]) == (13, 11)
+    for k in ("val_loss", "val_acc", "test_loss", "test_acc"):
+        assert m2[k] == pytest.approx(one3[k], rel=1e-5), k
+
+
+def test_unused_parameters_are_found():
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.used, self.unused = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+            self.frozen = torch.nn.Linear(3, 3).requires_grad_(False)
+
+        def forward(self, x, y):
+            logits = self.used(self.frozen(x))
+            return logits, torch.nn.functional.cross_entropy(logits, y)
+    model = Model()
+    unused = train.unused_parameters(model, torch.randn(4, 3), torch.tensor([0, 1, 1, 0]), contextlib.nullcontext())
+    assert unused == ["unused.weight", "unused.bias"]
+    assert all(p.grad is None for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------------------------
+# activation checkpointing
+
+MODELS = {
+    "simpletron": (simpletron, {}),
+    "softmax": (simpletron, dict(attention="softmax", variant="vanilla", norm="pre")),
+    "rezero": (simpletron, dict(attention="softmax", variant="vanilla", norm="rezero")),
+    "orthogonal": (simpletron, dict(orthogonal=True)),
+    "transject": (transject, {}),
+    "diffeqformer": (diffeqformer, dict(time_dim=4)),
+}
+
+
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("head", ["cls", "lm"])
+def test_checkpointing_gives_the_same_loss_and_gradients_and_recomputes_each_block(name, head):
+    module, extra = MODELS[name]
+    kw = dict(vocab_size=11, block_size=12, n_layer=2, n_head=2, n_embd=8, dropout=0.2, head=head, n_classes=3)
+    torch.manual_seed(0)
+    plain = module.Model(module.Config(**kw, **extra)).double()
+    recomputing = module.Model(module.Config(**kw, **extra, checkpointing=True)).double()
+    recomputing.load_state_dict(plain.state_dict())
+    g = torch.Generator().manual_seed(1)
+    x = torch.randint(1, 11, (3, 12), generator=g)
+    x[0, 9:] = 0                                                 # padding
+    y = torch.randint(0, 11, (3, 12), generator=g) if head == "lm" else torch.tensor([0, 2, 1])
+    calls = {"n": 0}
+
+    def count(*_):
+        calls["n"] += 1
+    blocks = recomputing.blocks if name != "diffeqformer" else None
+    results = []
+    for model in (plain, recomputing):
+        handles = [b.register_forward_pre_hook(count) for b in blocks] if model is recomputing and blocks else []
+        torch.manual_seed(5)                                     # the same dropout masks
+        logits, loss = model(x, y)
+        loss.backward()
+        for h in handles:
+            h.remove()
+        results.append((logits.detach(), loss.detach(), {n: p.grad for n, p in model.named_parameters()}))
+    (l0, a0, g0), (l1, a1, g1) = results
+    assert torch.equal(l0, l1) and torch.equal(a0, a1)          # the forward is the same computation
+    assert g0.keys() == g1.keys()
+    for n in g0:
+        assert (g0[n] is None) == (g1[n] is None), n
+        if g0[n] is not None:
+            torch.testing.assert_close(g1[n], g0[n], rtol=1e-12, atol=1e-15, msg=n)
+    if blocks:
+        assert calls["n"] == 2 * len(blocks)                     # each block once more in the backward pass
+        calls["n"] = 0
+        recomputing.eval()                                       # evaluation: nothing to recompute
+        handles = [b.register_forward_pre_hook(count) for b in blocks]
+        with torch.no_grad():
+            assert torch.equal(recomputing(x)[0], plain.eval()(x)[0])
+        assert calls["n"] == len(blocks)
+        for h in handles:
+            h.remove()
+
+
+def test_checkpointing_through_train_py_logs_the_same_losses(tmp_path):
+    lra = write_listops(tmp_path / "lra", (32, 8, 8), seed=3)
+    common = [*TINY, "--model", "transject", "--data_dir", lra, "--batch_size", "4", "--max_iters", "3",
+              "--dropout", "0.1"]
+    train.main([str(a) for a in [*common, "--out_dir", tmp_path / "a"]])
+    train.main([str(a) for a in [*common, "--checkpointing", "true", "--out_dir", tmp_path / "b"]])
+    assert losses(tmp_path / "a") == losses(tmp_path / "b")
