@@ -398,7 +398,7 @@ def encode_text(text, ckpt):
     if task == "ptb":
         if not a.get("data_dir"):
             raise UsageError("the checkpoint's PTB run has no data_dir; its vocabulary cannot be rebuilt")
-        words = data.read_words(data.find_file(a["data_dir"], ["ptb.train.txt"], "ptb"))
+        words = data.read_words(data.ptb_files(a["data_dir"])["train"])
         vocab = {w: i for i, w in enumerate(sorted(set(words)), start=1)}   # as data.ptb builds it
         labels = text.lower().split()
         ids = [vocab.get(w, vocab.get("<unk>")) for w in labels]
