@@ -31,8 +31,6 @@ Token 0 is padding everywhere, so tokens that can be 0 are shifted: pixels and b
 keep the tokenizer's own ids (nanoGPT's uint16 .bin files), except the word/char vocabularies, which
 count from 1. --tokenizer picks the BPE: gpt2 (tiktoken, the default), any tiktoken encoding, byte (a
 tiktoken Encoding over the 256 byte values plus <|endoftext|>, built here: no download), or char
-(textfile only). Everything derived is cached under --cache_dir (written atomically, reused) and every
-split is one fixed, deterministic draw (independent of --seed, as ListOps: every run of a task is
 (textfile only). Everything derived is cached under --cache_dir (written atomically, reused, rebuilt when
 any source file changes) and every split is one fixed, deterministic draw (independent of --seed, as
 ListOps: every run of a task is evaluated on the same examples). Bad or missing data fails at once with a
@@ -239,26 +237,12 @@ class Task:
         return name in self.loaders
 
     def check(self, name, split, source):
-        """A loaded classification split, checked: it has examples, as many labels and lengths as rows, labels
-        below n_classes and token ids below vocab_size. (Language-model splits check their windows themselves;
-        generated splits need no check.)"""
-        if not isinstance(split, ClassificationSplit):
-            return split
-        n, labels = len(split), split.labels
-        if n == 0:
-            raise DataError(f"{source} gives no examples for the {name} split of {self.name}")
-        if len(split.tokens) != n or len(split.doc_lengths) != n:
-            raise DataError(f"{source}: {len(split.tokens)} rows, {len(split.doc_lengths)} lengths and {n} labels "
-                            f"in the {name} split: delete the cache folder to rebuild it")
-        bad = np.flatnonzero((labels < 0) | (labels >= self.n_classes))
-        if len(bad):
-            raise DataError(f"{source}: example {bad[0]} of the {name} split has label {labels[bad[0]]}, outside "
-                            f"0-{self.n_classes - 1}")
-        if np.iinfo(split.tokens.dtype).max + split.offset >= self.vocab_size:   # the dtype alone cannot say
-            top = int(split.tokens.max()) + split.offset
-            if top >= self.vocab_size:
-                raise DataError(f"{source}: token id {top} in the {name} split, outside the vocabulary of "
-                                f"{self.vocab_size}: delete the cache folder to rebuild it")
+        """A loaded classification split, checked: it has examples, and labels below n_classes. (Token ids are
+        in range by construction; language-model splits check their windows; generated splits need nothing.)"""
+        if isinstance(split, ClassificationSplit):
+            if not len(split):
+                raise DataError(f"{source} gives no examples for the {name} split of {self.name}")
+            check_labels(split.labels, self.n_classes, f"{source} ({name} split)")
         return split
 
     def open(self, training=True):
@@ -341,18 +325,6 @@ def release(task_name, data_dir, layout, names, subdirs=(), optional=()):
     return folder, paths
 
 
-def not_utf8(path):
-    """The DataError for a text file that is not UTF-8, naming its first bad line."""
-    lineno = "?"
-    with contextlib.suppress(OSError), open(path, "rb") as f:
-        for lineno, line in enumerate(f, 1):
-            try:
-                line.decode("utf-8")
-            except UnicodeDecodeError:
-                break
-    return DataError(f"{path}, line {lineno}: not UTF-8 text; convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)")
-
-
 # what a reader of a file in a foreign, truncated or damaged format may raise (PIL, numpy, pickle, csv, zip)
 FORMAT_ERRORS = (EOFError, ValueError, SyntaxError, KeyError, IndexError, TypeError, OverflowError,
                  pickle.UnpicklingError, csv.Error, struct.error, zlib.error, zipfile.BadZipFile)
@@ -366,8 +338,13 @@ def reading(path, what="cannot be read", hint="", formats=True):
         yield
     except DataError:
         raise
-    except UnicodeDecodeError:
-        raise (not_utf8(path) if os.path.isfile(str(path)) else DataError(f"{path}: not UTF-8 text")) from None
+    except UnicodeDecodeError:                               # which line: the first that does not decode
+        lineno = "?"
+        with contextlib.suppress(OSError), open(path, "rb") as f:        # bytes that do not decode are dropped
+            lineno = next((i for i, line in enumerate(f, 1) if len(line.decode("utf-8", "ignore").encode()) < len(line)),
+                          "?")
+        raise DataError(f"{path}, line {lineno}: not UTF-8 text; convert the file to UTF-8 (e.g. iconv -f latin1 -t "
+                        "utf-8)") from None
     except OSError as e:
         raise DataError(f"{e.filename or path}: {what} ({e.strerror or one_line(e, 120)}){hint}") from None
     except FORMAT_ERRORS as e:
@@ -608,7 +585,13 @@ def get_tokenizer(name, task_name):
         return byte_encoding()
     import tiktoken
     got = []
-    t = threading.Thread(target=lambda: got.append(_call(tiktoken.get_encoding, name)), daemon=True)
+
+    def load():
+        try:
+            got.append(tiktoken.get_encoding(name))
+        except Exception as e:
+            got.append(e)
+    t = threading.Thread(target=load, daemon=True)
     t.start()
     t.join(10)                                               # a cached encoding loads in about a second
     if t.is_alive() and reachable(TIKTOKEN_URL):             # a slow download: wait for it
@@ -619,13 +602,6 @@ def get_tokenizer(name, task_name):
            else one_line(got[0], 200) if got else "the download does not finish")
     raise DataError(f"{task_name}: cannot load the {name} tokenizer ({why}; tiktoken downloads it once from "
                     f"{TIKTOKEN_URL} into TIKTOKEN_CACHE_DIR); use --tokenizer byte to work offline")
-
-
-def _call(fn, *args):
-    try:
-        return fn(*args)
-    except Exception as e:
-        return e
 
 
 def id_dtype(n):
@@ -663,7 +639,7 @@ def check_labels(labels, n_classes, source):
     y = np.asarray(labels)
     bad = np.flatnonzero((y < 0) | (y >= n_classes) | (y != np.round(y))) if y.dtype.kind in "iuf" else [0]
     if len(y) and len(bad):
-        raise DataError(f"{source}: label {y[bad[0]]!r} of example {bad[0]} is not an integer 0-{n_classes - 1}")
+        raise DataError(f"{source}: label {y[bad[0]].tolist()!r} of example {bad[0]} is not an integer 0-{n_classes - 1}")
     return y.astype(np.uint8)
 
 
@@ -672,23 +648,17 @@ def save_arrays(folder, split, **arrays):
         np.save(os.path.join(folder, f"{split}.{name}.npy"), a)
 
 
-def load_cls_split(folder, split, offset, block_size):
-    """A classification split cached by save_arrays: tokens memory-mapped, cut to block_size."""
-    with reading(os.path.join(folder, f"{split}.tokens.npy"), "is damaged", f"; delete {folder} to rebuild it"):
-        tokens = np.load(os.path.join(folder, f"{split}.tokens.npy"), mmap_mode="r")
-        labels = np.load(os.path.join(folder, f"{split}.labels.npy"))
-        lengths = np.load(os.path.join(folder, f"{split}.lengths.npy"))
-    return ClassificationSplit(tokens, labels, lengths, offset).truncate(block_size)
-
-
 def cls_task(name, kind, folder, vocab_size, block_size, n_classes, offset, splits):
     """A classification Task over a cached folder; splits maps split name -> stored split name. Splits stored
     once are loaded once: where val is the test split, task.split("val") is task.split("test")."""
     loaded = {}
 
-    def load(stored):
+    def load(stored):                                        # tokens memory-mapped, cut to block_size
         if stored not in loaded:
-            loaded[stored] = load_cls_split(folder, stored, offset, block_size)
+            with reading(os.path.join(folder, f"{stored}.tokens.npy"), "is damaged", f"; delete {folder} to rebuild it"):
+                tokens, labels, lengths = (np.load(os.path.join(folder, f"{stored}.{a}.npy"), mmap_mode=mode)
+                                           for a, mode in (("tokens", "r"), ("labels", None), ("lengths", None)))
+            loaded[stored] = ClassificationSplit(tokens, labels, lengths, offset).truncate(block_size)
         return loaded[stored]
 
     return Task(name, kind, vocab_size, block_size, n_classes, {s: (lambda f=f: load(f)) for s, f in splits.items()},
@@ -1185,7 +1155,7 @@ def read_pathfinder_metadata(path):
         if raw.startswith(b"\x93NUMPY"):
             f.seek(0)
             rows = np.load(f, allow_pickle=False)
-            if rows.ndim != 2:
+            if rows.size and rows.ndim != 2:
                 raise ValueError(f"a {rows.ndim}-D array, not rows of fields")
             return [[str(v) for v in row] for row in rows]
         return [line.split() for line in raw.decode("utf-8").splitlines() if line.strip()]
@@ -1635,7 +1605,7 @@ def _write_ids(f, rows, dtype, eot):
 
 
 def load_bin(path, dtype):
-    return np.memmap(path, dtype=dtype, mode="r")
+    return np.memmap(path, dtype=dtype, mode="r") if os.path.getsize(path) else np.zeros(0, dtype)
 
 
 def lm_bin_task(name, folder, block_size, splits, sources=None):

@@ -260,6 +260,7 @@ LIMITS = {
     **{n: (lambda v: v >= 0, "a number >= 0") for n in ("weight_decay", "grad_clip", "gate_lr_scale", "sigma_loss_weight")},
     "schedule": (lambda v: v in ("rsqrt", "cosine"), "rsqrt or cosine"),
     "device": (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v), "auto, cpu, cuda, cuda:N or mps"),
+    **{n: (lambda v: v.strip() != "", "a path") for n in ("out_dir", "data_dir", "cache_dir", "init_from", "transfer_from")},
 }
 
 
@@ -271,7 +272,7 @@ def check_value(name, value):
     except TypeError:                                        # e.g. a string where a checkpoint should have a number
         ok = False
     if not ok:
-        raise UsageError(f"--{name} {value}: allowed is {allowed}")
+        raise UsageError(f"--{name} {value if value != '' else repr(value)}: allowed is {allowed}")
 
 
 def check_args(args):
@@ -649,4 +650,8 @@ if __name__ == "__main__":
         main()
     except (UsageError, data.DataError) as e:
         print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except (MemoryError, torch.OutOfMemoryError) as e:
+        print(f"error: out of memory ({data.one_line(e, 100)}): use a smaller --batch_size, --block_size or model",
+              file=sys.stderr)
         sys.exit(2)
