@@ -340,9 +340,8 @@ def reading(path, what="cannot be read", hint="", formats=True):
         raise
     except UnicodeDecodeError:                               # which line: the first that does not decode
         lineno = "?"
-        with contextlib.suppress(OSError), open(path, "rb") as f:        # bytes that do not decode are dropped
-            lineno = next((i for i, line in enumerate(f, 1) if len(line.decode("utf-8", "ignore").encode()) < len(line)),
-                          "?")
+        with contextlib.suppress(OSError), open(path, "rb") as f:        # "ignore" drops what does not decode
+            lineno = next((i for i, b in enumerate(f, 1) if len(b.decode("utf-8", "ignore").encode()) < len(b)), "?")
         raise DataError(f"{path}, line {lineno}: not UTF-8 text; convert the file to UTF-8 (e.g. iconv -f latin1 -t "
                         "utf-8)") from None
     except OSError as e:
@@ -508,7 +507,7 @@ def hf_dataset(path, config=None, parquet_dir=None):
         return datasets.load_dataset(path, config)
     except Exception as e:
         if not (online and parquet_dir and "script" in str(e).lower()):
-            raise DataError("no network and not in the Hugging Face cache" if not online else one_line(e, 200)) from None
+            raise DataError(one_line(e, 200) if online else "no network and not in the Hugging Face cache") from None
     try:
         return datasets.load_dataset(path, revision="refs/convert/parquet", data_dir=parquet_dir)
     except Exception as e:
@@ -639,7 +638,8 @@ def check_labels(labels, n_classes, source):
     y = np.asarray(labels)
     bad = np.flatnonzero((y < 0) | (y >= n_classes) | (y != np.round(y))) if y.dtype.kind in "iuf" else [0]
     if len(y) and len(bad):
-        raise DataError(f"{source}: label {y[bad[0]].tolist()!r} of example {bad[0]} is not an integer 0-{n_classes - 1}")
+        raise DataError(f"{source}: label {y[bad[0]].tolist()!r} of example {bad[0]} is not an integer "
+                        f"0-{n_classes - 1}")
     return y.astype(np.uint8)
 
 
@@ -655,7 +655,7 @@ def cls_task(name, kind, folder, vocab_size, block_size, n_classes, offset, spli
 
     def load(stored):                                        # tokens memory-mapped, cut to block_size
         if stored not in loaded:
-            with reading(os.path.join(folder, f"{stored}.tokens.npy"), "is damaged", f"; delete {folder} to rebuild it"):
+            with reading(os.path.join(folder, f"{stored}.*.npy"), "is damaged", f"; delete {folder} to rebuild it"):
                 tokens, labels, lengths = (np.load(os.path.join(folder, f"{stored}.{a}.npy"), mmap_mode=mode)
                                            for a, mode in (("tokens", "r"), ("labels", None), ("lengths", None)))
             loaded[stored] = ClassificationSplit(tokens, labels, lengths, offset).truncate(block_size)
@@ -1311,7 +1311,7 @@ def image(cache_dir="data", data_dir=None, block_size=1024, **_):
                 for batch_imgs, batch_labels in hf_rows(hf_split(dd, [split], "image"), ["img", "label"]):
                     imgs += [np.asarray(im.convert("RGB") if hasattr(im, "convert") else im, np.uint8) for im in batch_imgs]
                     labels += batch_labels
-                splits[split] = (np.stack(imgs), check_labels(labels, 10, f"image: Hugging Face's uoft-cs/cifar10 {split}"))
+                splits[split] = (np.stack(imgs), check_labels(labels, 10, f"image: uoft-cs/cifar10 {split}"))
             save_images(out, splits)
         key, what = "hf", "image: CIFAR-10 (Hugging Face) in grayscale"
     folder = cached_dir(os.path.join(cache_dir, "image", key), build, what)
@@ -1397,8 +1397,8 @@ def bpe_cls_task(name, cache_dir, key, read, tokenizer, block_size, default_leng
                   flush=True)
             for split, (texts, labels) in splits.items():
                 tokens = bpe_rows(enc, texts, length)
-                save_arrays(out, split, tokens=tokens, labels=check_labels(labels, n_classes, f"{name}: the {split} split"),
-                            lengths=(tokens != 0).sum(-1).astype(np.int32))
+                labels = check_labels(labels, n_classes, f"{name}: the {split} split")
+                save_arrays(out, split, tokens=tokens, labels=labels, lengths=(tokens != 0).sum(-1).astype(np.int32))
             save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab + 1})
 
         cached_dir(folder, build, f"{name}: tokenised with {tokenizer}")
@@ -1426,16 +1426,18 @@ AGNEWS_TEST_ONLY_TRAIN = 6_000
 
 def read_agnews_csv(path):
     texts, labels = [], []
-    with reading(path, "is not a CSV file"), open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != 3 or row[0].strip() not in ("1", "2", "3", "4"):
-                raise DataError(f'{path}, line {reader.line_num}: expected "class","title","description" with '
-                                f"class 1-4, found {one_line(row, 80)}")
-            texts.append(row[1] + " " + row[2])
-            labels.append(int(row[0]) - 1)
+    with reading(path), open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f, strict=True)                  # strict: a stray or unclosed quote is an error
+        try:
+            for row in reader:
+                if row and (len(row) != 3 or row[0].strip() not in ("1", "2", "3", "4")):
+                    raise csv.Error(f"found {one_line(row, 80)}")
+                if row:
+                    texts.append(row[1] + " " + row[2])
+                    labels.append(int(row[0]) - 1)
+        except csv.Error as e:
+            raise DataError(f'{path}, line {reader.line_num}: expected "class","title","description" with class '
+                            f"1-4 ({e})") from None
     if not texts:
         raise DataError(f"{path} holds no rows")
     return texts, labels
@@ -1449,7 +1451,8 @@ def agnews(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **
             return {s: hf_columns(hf_split(dd, [s], "agnews"), ["text", "label"]) for s in ("train", "test")}
         key = "hf"
     else:
-        folder, files = release("agnews", data_dir, f"use {AGNEWS_LAYOUT}", ["test.csv"], ["ag_news_csv"], ["train.csv"])
+        folder, files = release("agnews", data_dir, f"use {AGNEWS_LAYOUT}", ["test.csv"], ["ag_news_csv"],
+                                ["train.csv"])
         train_csv, test_csv = files["train.csv"], files["test.csv"]
         if train_csv:
             key = source_key([train_csv, test_csv])
@@ -1678,8 +1681,9 @@ def check_ids(path, dtype, vocab, tokenizer, stamps):
         chunk = ids[start:start + (1 << 26)]
         if chunk.max() >= vocab:
             i = int(np.argmax(chunk >= vocab))
-            raise DataError(f"{path} holds id {chunk[i]} (at position {start + i:,}), outside --tokenizer {tokenizer}'s "
-                            f"{vocab:,} ids; nanoGPT's files hold gpt2 ids: use --tokenizer gpt2 (no download needed)")
+            raise DataError(f"{path} holds id {chunk[i]} (at position {start + i:,}), outside --tokenizer "
+                            f"{tokenizer}'s {vocab:,} ids; nanoGPT's files hold gpt2 ids: use --tokenizer gpt2 (no "
+                            "download needed)")
     os.makedirs(stamps, exist_ok=True)
     atomic_write_text(stamp, "")
 

@@ -257,10 +257,12 @@ LIMITS = {
     "beta1": (lambda v: 0 <= v < 1, "a number from 0 to 1 (1 excluded)"),
     "beta2": (lambda v: 0 <= v < 1, "a number from 0 to 1 (1 excluded)"),
     "dropout": (lambda v: 0 <= v < 1, "a probability from 0 to 1 (1 excluded)"),
-    **{n: (lambda v: v >= 0, "a number >= 0") for n in ("weight_decay", "grad_clip", "gate_lr_scale", "sigma_loss_weight")},
+    **{n: (lambda v: v >= 0, "a number >= 0") for n in ("weight_decay", "grad_clip", "gate_lr_scale",
+                                                          "sigma_loss_weight")},
     "schedule": (lambda v: v in ("rsqrt", "cosine"), "rsqrt or cosine"),
     "device": (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v), "auto, cpu, cuda, cuda:N or mps"),
-    **{n: (lambda v: v.strip() != "", "a path") for n in ("out_dir", "data_dir", "cache_dir", "init_from", "transfer_from")},
+    **{n: (lambda v: v.strip() != "", "a path") for n in ("out_dir", "data_dir", "cache_dir", "init_from",
+                                                            "transfer_from")},
 }
 
 
@@ -300,20 +302,16 @@ def check_args(args):
         raise UsageError("--eval_only needs --init_from CKPT, the checkpoint to evaluate")
     if (args.steps is not None or args.lora_rank) and not (args.init_from or args.resume):
         raise UsageError("--steps N [--lora_rank r] needs --init_from CKPT, a checkpoint of the DiffEqFormer ODE")
-    if args.transfer_from and (args.model != "softmax" or file_problem_of(args.transfer_from)):
-        raise UsageError(f"--transfer_from {args.transfer_from}: it needs --model softmax and a SimpleTRON checkpoint "
-                         f"({file_problem_of(args.transfer_from) or 'the model is ' + args.model})")
+    if args.transfer_from and args.model != "softmax":
+        raise UsageError(f"--transfer_from copies a SimpleTRON's attention into --model softmax, not {args.model}")
+    if args.transfer_from and data.file_problem(args.transfer_from):
+        raise UsageError(f"--transfer_from {args.transfer_from} {data.file_problem(args.transfer_from)}")
 
 
 def check_config(config_dict):
     """The model's settings (flags, preset or a checkpoint's), checked before any data is read."""
     for name, value in config_dict.items():
         check_value(name, value)
-
-
-def file_problem_of(path):
-    problem = data.file_problem(path)
-    return problem and f"{path} {problem}"
 
 
 def load_checkpoint(path, need=()):
@@ -326,14 +324,15 @@ def load_checkpoint(path, need=()):
         with warnings.catch_warnings():                     # torch warns about the pickle protocol of foreign files
             warnings.simplefilter("ignore")
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:                           # torch's own message is not passed on: it names an unsafe way out
-        raise UsageError(f"{path} is not a train.py checkpoint: it holds Python objects other than tensors and plain "
-                         "values, which are not loaded") from None
-    except Exception:
-        raise UsageError(f"{path} is not a readable checkpoint (truncated, damaged, or not written by torch.save)") from None
+    except Exception as e:                                   # torch's message is not passed on: it names an unsafe way
+        why = ("it holds Python objects other than tensors and plain values, which are not loaded"
+               if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e)
+               else "truncated, damaged, or not written by torch.save")
+        raise UsageError(f"{path} is not a readable train.py checkpoint ({why})") from None
     keys = ("model_name", "config", "model", "args", *need)
-    if not isinstance(ckpt, dict) or not all(k in ckpt for k in keys) or ckpt["model_name"] not in MODELS or not all(
-            isinstance(ckpt[k], dict) for k in ("config", "model", "args")) or not isinstance(ckpt["args"].get("task"), str):
+    if not (isinstance(ckpt, dict) and all(k in ckpt for k in keys) and ckpt["model_name"] in MODELS
+            and all(isinstance(ckpt[k], dict) for k in ("config", "model", "args"))
+            and isinstance(ckpt["args"].get("task"), str)):
         raise UsageError(f"{path} is not a train.py checkpoint (it needs {', '.join(keys)}, with a model of: "
                          f"{', '.join(MODELS)})")
     return ckpt
@@ -343,7 +342,8 @@ def load_weights(model, state, path):
     try:
         model.load_state_dict(state)
     except (RuntimeError, TypeError, ValueError) as e:
-        raise UsageError(f"{path}: its weights do not fit the model ({data.one_line(str(e).splitlines()[0], 200)})") from None
+        first = [line.strip() for line in str(e).splitlines() if line.strip()][:2]   # torch: a title, then the first
+        raise UsageError(f"{path}: its weights do not fit the model ({data.one_line(' '.join(first), 200)})") from None
 
 
 def make_config(model_name, config_dict):
