@@ -411,7 +411,7 @@ def encode_text(text, ckpt):
     if task == "ptb":
         if not a.get("data_dir"):
             raise UsageError("the checkpoint's PTB run has no data_dir; its vocabulary cannot be rebuilt")
-        words = data.read_words(data.find_file(a["data_dir"], ["ptb.train.txt"], "ptb"))
+        words = data.read_words(data.ptb_files(a["data_dir"])["train"])
         vocab = {w: i for i, w in enumerate(sorted(set(words)), start=1)}   # as data.ptb builds it
         labels = text.lower().split()
         ids = [vocab.get(w, vocab.get("<unk>")) for w in labels]
@@ -1408,7 +1408,37 @@ def parse(argv):
     args = p.parse_args(argv)
     if args.command is None:
         raise UsageError("give a subcommand: " + ", ".join(helps) + " (python analyze.py --help)")
+    check(args)
     return args
+
+
+# What each flag allows (those a subcommand has): name -> (test, what is allowed); floats must be finite.
+LIMITS = {**{n: (lambda v: v >= 0, "an integer >= 0") for n in ("seed", "grid", "time_dim", "threads")},
+          **{n: (lambda v: v >= 1, "an integer >= 1") for n in ("k", "n_seq", "max_len", "steps", "batch", "repeats",
+                                                                 "inner", "n_layer", "n_head", "n_embd")},
+          "tokens": (lambda v: v >= 2, "an integer >= 2"), "vocab": (lambda v: v >= 2, "an integer >= 2"),
+          "T": (lambda v: v > 0, "a number > 0"), "eps": (lambda v: v > 0, "a number > 0"),
+          "weights": (lambda v: v in ("identity", "random"), "identity or random"),
+          "head": (lambda v: v in ("lm", "cls"), "lm or cls"), "clock": (lambda v: v in ("wall", "cpu"), "wall or cpu"),
+          "device": (lambda v: v in ("auto", "cpu", "cuda"), "auto, cpu or cuda"),
+          "degrees": (lambda v: all(d.strip().isdigit() for d in v.split(",")), "integers >= 0 separated by commas"),
+          "lengths": (lambda v: all(d.strip().isdigit() and int(d) > 0 for d in v.split(",") if d.strip()),
+                      "integers >= 1 separated by commas")}
+
+
+def check(args):
+    """Every flag, before any work: one line naming the flag, its value and what is allowed."""
+    for name, value in vars(args).items():
+        test, allowed = LIMITS.get(name, (lambda v: True, "a finite number"))
+        if isinstance(value, float) and not math.isfinite(value) or value is not None and not test(value):
+            raise UsageError(f"--{name} {value}: allowed is {allowed}")
+    if getattr(args, "device", None) == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda: no CUDA device here; use --device cpu (or auto)")
+    path = os.path.abspath(args.out)
+    while not os.path.exists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--out {args.out}: {path} is not a folder this command can write in")
 
 
 COMMANDS = {"spectra": cmd_spectra, "lyapunov": cmd_lyapunov, "activation": cmd_activation,

@@ -32,10 +32,10 @@ keep the tokenizer's own ids (nanoGPT's uint16 .bin files), except the word/char
 count from 1. --tokenizer picks the BPE: gpt2 (tiktoken, the default), any tiktoken encoding, byte (a
 tiktoken Encoding over the 256 byte values plus <|endoftext|>, built here: no download), char
 (textfile only), or, for imdb and agnews, a Hugging Face BERT folder: BERT's WordPiece, [CLS] text [SEP]
-in BERT's own ids ([PAD] = 0, no + 1). Everything derived is cached under --cache_dir (written atomically,
-reused) and every split is one fixed, deterministic draw (independent of --seed, as ListOps: every run of a task is
-evaluated on the same examples). A task that cannot get its data fails at once with a DataError: one
-line naming the task, what was tried and the --data_dir layout that works instead.
+in BERT's own ids ([PAD] = 0, no + 1). Everything derived is cached under --cache_dir (written atomically, reused, rebuilt when
+any source file changes) and every split is one fixed, deterministic draw (independent of --seed, as
+ListOps: every run of a task is evaluated on the same examples). Bad or missing data fails at once with a
+DataError: one line naming the file (and line) or the task, what is wrong and what to do (docs/tasks.md).
 """
 
 import contextlib
@@ -49,11 +49,16 @@ import multiprocessing
 import os
 import pickle
 import random
+import re
 import shutil
+import stat
+import struct
 import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+import zipfile
+import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -74,10 +79,16 @@ def task(name):
     return register
 
 
-def load_task(name, **kw):
+def load_task(name, cache_dir="data", **kw):
+    """The Task `name`, its data found (and cached under cache_dir) but its splits not yet loaded: task.open()
+    loads and checks them. What killed builds left in cache_dir is removed first."""
     if name not in TASKS:
         raise DataError(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}")
-    return TASKS[name](**kw)
+    if os.path.exists(cache_dir) and not os.path.isdir(cache_dir):
+        raise DataError(f"--cache_dir {cache_dir} is not a folder")
+    remove_stale_temps(cache_dir)
+    remove_stale_temps(os.path.join(cache_dir, name), recursive=True)
+    return TASKS[name](cache_dir=cache_dir, **kw)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -165,18 +176,22 @@ class ShardedSplit:
 
 class LMSplit:
     """One long stream of token ids; an example is a window of block_size tokens and the next ones.
-    The stream may be a read-only np.memmap of a .bin file (nanoGPT's format): nothing is loaded."""
+    The stream may be a read-only np.memmap of a .bin file (nanoGPT's format): nothing is loaded.
+    `source` names where the stream comes from, for the error when it is too short for one window."""
 
-    def __init__(self, stream, block_size):
-        self.stream, self.block_size = stream, block_size
+    def __init__(self, stream, block_size, source="a language-model split"):
+        self.stream, self.block_size, self.source = stream, block_size, source
         if len(stream) <= block_size:
-            raise DataError(f"a language-model split has {len(stream)} tokens, fewer than block_size + 1")
+            raise DataError(f"{source} gives {len(stream):,} tokens, too few for one window of block_size + 1 = "
+                            f"{block_size + 1:,}: use a smaller --block_size or more text")
 
     def __len__(self):                                       # non-overlapping windows
         return (len(self.stream) - 1) // self.block_size
 
     def subset(self, n):
-        return LMSplit(self.stream[:n], self.block_size)
+        if n <= self.block_size:
+            raise DataError(f"--n_train {n} is too few tokens for one window of block_size + 1 = {self.block_size + 1}")
+        return LMSplit(self.stream[:n], self.block_size, self.source)
 
     def _windows(self, starts):
         w = np.stack([self.stream[s:s + self.block_size + 1] for s in starts]).astype(np.int64)
@@ -204,37 +219,55 @@ class Task:
     block_size: int          # the longest input sequence the model sees
     n_classes: int = 0       # 0 for lm
     loaders: dict = field(default_factory=dict, repr=False)  # split name -> function that loads it
+    missing: dict = field(default_factory=dict, repr=False)  # split name -> why the data has no such split
+    sources: dict = field(default_factory=dict, repr=False)  # split name -> the file it is read from (messages)
     _splits: dict = field(default_factory=dict, repr=False)
 
     def split(self, name):
         if name not in self._splits:
+            if name in self.missing:
+                raise DataError(self.missing[name])
             if name not in self.loaders:
                 raise DataError(f"task {self.name} has no {name} split")
-            self._splits[name] = self.loaders[name]()
+            source = self.sources.get(name, f"the {name} split of {self.name}")
+            with reading(source, formats=False):
+                self._splits[name] = self.check(name, self.loaders[name](), source)
         return self._splits[name]
 
     def has(self, name):
         return name in self.loaders
 
+    def check(self, name, split, source):
+        """A loaded classification split, checked: it has examples, and labels below n_classes. (Token ids are
+        in range by construction; language-model splits check their windows; generated splits need nothing.)"""
+        if isinstance(split, ClassificationSplit):
+            if not len(split):
+                raise DataError(f"{source} gives no examples for the {name} split of {self.name}")
+            check_labels(split.labels, self.n_classes, f"{source} ({name} split)")
+        return split
 
-def atomic_write_text(path, text):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def find_file(data_dir, names, what):
-    """The first of `names` (paths relative to data_dir) that exists, or a DataError that says where to put it."""
-    for name in names:
-        path = os.path.join(data_dir, name)
-        if os.path.isfile(path):
-            return path
-    raise DataError(f"{what}: no {names[0]} under --data_dir {data_dir} (looked for {', '.join(names)})")
+    def open(self, training=True):
+        """Load and check, before any work, every split a run uses, so that a missing or bad file fails now
+        rather than after training. Training uses every split the task has (one the data lacks is an error);
+        an evaluation (training=False) uses the val and test splits the data has: a missing one is skipped, and
+        said so. Returns the names of the splits to evaluate."""
+        names = [s for s in ("train", "val", "test") if self.has(s) or s in self.missing]
+        if not training:
+            names = [s for s in names if s != "train"]
+            for s in names:
+                if s in self.missing:
+                    print(f"{self.missing[s]}: evaluating without a {s} split", flush=True)
+            names = [s for s in names if self.has(s)]
+            if not names:
+                raise DataError(f"{self.name}: no val or test split to evaluate ({'; '.join(self.missing.values())})")
+        for s in names:
+            self.split(s)
+        return [s for s in names if s != "train"]
 
 
 # ----------------------------------------------------------------------------------------------
-# Where data comes from: the --data_dir folder, the cache, Hugging Face, tiktoken
+# Files: finding a release's files, reading them (every failure one line naming the file), caching what is
+# derived from them under a name that changes with them, and cleaning up after killed processes.
 
 def one_line(e, limit=300):
     """An exception as one short line."""
@@ -242,35 +275,173 @@ def one_line(e, limit=300):
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def locate(task_name, data_dir, marker, subdirs, layout):
-    """The folder that holds `marker`: data_dir itself or one of `subdirs` under it (a release's top folder
-    or the folder that holds it). Otherwise a DataError that shows the layout that works."""
-    if not os.path.isdir(data_dir):
-        raise DataError(f"{task_name}: --data_dir {data_dir} is not a folder; {layout}")
-    for sub in ("", *subdirs):
-        if os.path.exists(os.path.join(data_dir, sub, marker)):
-            return os.path.normpath(os.path.join(data_dir, sub))
-    looked = ", ".join(os.path.join(s, marker) if s else marker for s in ("", *subdirs))
-    raise DataError(f"{task_name}: no {marker} in --data_dir {data_dir} (looked for {looked}); {layout}")
+def file_problem(path, folder=False):
+    """Why `path` is not a readable regular file (folder=True: a readable folder), or None if it is."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return "is a broken symbolic link" if os.path.islink(path) else "does not exist"
+    except OSError as e:
+        return f"cannot be read ({e.strerror or e})"
+    if folder:
+        if not stat.S_ISDIR(st.st_mode):
+            return "is not a folder"
+        return None if os.access(path, os.R_OK | os.X_OK) else "cannot be read (permission denied)"
+    if stat.S_ISDIR(st.st_mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file (a pipe, socket or device)"
+    return None if os.access(path, os.R_OK) else "cannot be read (permission denied)"
 
 
-def source_key(paths):
-    """A short name for local source files: changes when a file is replaced, so the cache follows."""
+def release(task_name, data_dir, layout, names, subdirs=(), optional=()):
+    """The one way a task finds its files under --data_dir: (folder, {name: path}). The folder is data_dir
+    itself or the first of `subdirs` under it (a release's top folder, or folders that hold it) that holds
+    any of `names` or `optional`. Each of `names` must be there, a file (a folder when the name ends in "/");
+    an optional one may be absent (path None) but, when there, must be of its kind too. Otherwise a DataError
+    that says what is wrong and shows the layout that works."""
+    problem = file_problem(data_dir, folder=True)
+    if problem:
+        why = "" if problem == "is not a folder" else f" (it {problem})"
+        raise DataError(f"{task_name}: --data_dir {data_dir} is not a folder{why}; {layout}")
+    wanted = [*names, *optional]
+    places = [os.path.normpath(os.path.join(data_dir, sub)) for sub in ("", *subdirs)]
+    folder = next((p for p in places if any(os.path.lexists(os.path.join(p, n.rstrip("/"))) for n in wanted)), None)
+    if folder is None:
+        looked = ", ".join(os.path.join(sub, "") for sub in subdirs)
+        raise DataError(f"{task_name}: --data_dir {data_dir} holds no {' or '.join(n.rstrip('/') for n in wanted)}"
+                        f"{f' (also looked in {looked})' if subdirs else ''}; {layout}")
+    paths = {}
+    for n in wanted:
+        path = os.path.join(folder, n.rstrip("/"))
+        problem = file_problem(path, folder=n.endswith("/"))
+        if problem == "does not exist":
+            if n in optional:
+                path = None
+            else:
+                raise DataError(f"{task_name}: no {n.rstrip('/')} in {folder}; {layout}")
+        elif problem:
+            raise DataError(f"{task_name}: {path} {problem}; {layout}")
+        paths[n] = path
+    return folder, paths
+
+
+# what a reader of a file in a foreign, truncated or damaged format may raise (PIL, numpy, pickle, csv, zip)
+FORMAT_ERRORS = (EOFError, ValueError, SyntaxError, KeyError, IndexError, TypeError, OverflowError,
+                 pickle.UnpicklingError, csv.Error, struct.error, zlib.error, zipfile.BadZipFile)
+
+
+@contextlib.contextmanager
+def reading(path, what="cannot be read", hint="", formats=True):
+    """Turn what reading `path` raises (an OS error, text that is not UTF-8 and, with formats=True, a file
+    that is truncated or of another format) into one DataError line that names it."""
+    try:
+        yield
+    except DataError:
+        raise
+    except UnicodeDecodeError:                               # which line: the first that does not decode
+        lineno = "?"
+        with contextlib.suppress(OSError), open(path, "rb") as f:        # "ignore" drops what does not decode
+            lineno = next((i for i, b in enumerate(f, 1) if len(b.decode("utf-8", "ignore").encode()) < len(b)), "?")
+        raise DataError(f"{path}, line {lineno}: not UTF-8 text; convert the file to UTF-8 (e.g. iconv -f latin1 -t "
+                        "utf-8)") from None
+    except OSError as e:
+        raise DataError(f"{e.filename or path}: {what} ({e.strerror or one_line(e, 120)}){hint}") from None
+    except FORMAT_ERRORS as e:
+        if not formats:
+            raise
+        raise DataError(f"{path}: {what} ({type(e).__name__}: {one_line(e, 150)}){hint}") from None
+
+
+def read_text(path):
+    """The text of a UTF-8 file (newlines read as Python's text mode does)."""
+    with reading(path), open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def read_lines(path):
+    """The lines of a UTF-8 text file, one at a time."""
+    with reading(path), open(path, encoding="utf-8") as f:
+        yield from f
+
+
+def source_key(paths, what=""):
+    """A short name for a set of local files, from the path, size and modification time of each: editing or
+    replacing any of them gives a new name, so the cache derived from them is rebuilt. A path that is not a
+    readable regular file is a DataError (`what` says where it was listed)."""
     h = hashlib.sha1()
     for p in sorted(paths):
-        st = os.stat(p)
+        try:
+            st = os.stat(p)
+        except OSError:
+            st = None
+        if st is None or not stat.S_ISREG(st.st_mode):
+            raise DataError(f"{p} {file_problem(p)}{what}")
         h.update(f"{os.path.realpath(p)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
     return "local-" + h.hexdigest()[:10]
 
 
+def temp_path(path):
+    """The name under which this process writes `path` before renaming it into place: path.tmp<pid>."""
+    return f"{path}.tmp{os.getpid()}"
+
+
+def pid_alive(pid):
+    if os.name == "nt":                                      # never guess there: keep everything
+        return True
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:                                          # EPERM: another user's live process
+        return True
+    return True
+
+
+def remove_stale_temps(folder, recursive=False):
+    """Remove what killed processes left in `folder` (and below it): files and folders NAME.tmp<pid> whose
+    process is gone (a build or a checkpoint write cut short). Those of a live process, a concurrent build on
+    this machine, are kept."""
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    for e in entries:
+        m = re.search(r"\.tmp(\d*)$", e.name)
+        if m and not pid_alive(int(m.group(1) or 0)):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(e.path) if e.is_dir(follow_symlinks=False) else os.remove(e.path)
+        elif recursive and e.is_dir(follow_symlinks=False):
+            remove_stale_temps(e.path, recursive)
+
+
+def atomic_write_text(path, text):
+    tmp = temp_path(path)
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def save_json(path, obj):
+    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
+
+
+def load_json(path):
+    with reading(path, "is damaged", f"; delete {os.path.dirname(path)} to rebuild it"), open(path) as f:
+        return json.load(f)
+
+
 def cached_dir(folder, build, what):
     """`folder`, built once by build(tmp) into a temporary folder that is then renamed into place (atomic:
-    an interrupted build leaves no half-written cache). Concurrent builders: the first rename wins. Nothing
-    is printed before the build has its data, so that a missing source is reported by its one-line error."""
+    an interrupted build leaves no half-written cache, and what a killed one leaves is removed by the next
+    load_task). Concurrent builders: the first rename wins. Nothing is printed before the build has its data,
+    so that a missing source is reported by its one-line error."""
     if os.path.isdir(folder):
         return folder
     os.makedirs(os.path.dirname(folder) or ".", exist_ok=True)
-    tmp = f"{folder}.tmp{os.getpid()}"
+    tmp = temp_path(folder)
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
@@ -285,14 +456,8 @@ def cached_dir(folder, build, what):
     return folder
 
 
-def save_json(path, obj):
-    atomic_write_text(path, json.dumps(obj, indent=1) + "\n")
-
-
-def load_json(path):
-    with open(path) as f:
-        return json.load(f)
-
+# ----------------------------------------------------------------------------------------------
+# Where data comes from besides --data_dir: Hugging Face and tiktoken, through their public settings only
 
 _REACHABLE = {}
 
@@ -324,45 +489,30 @@ def _truthy(name):
     return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-@contextlib.contextmanager
-def hf_offline_mode():
-    """Make `datasets` read its local cache only (it otherwise retries the Hub for about half a minute)."""
-    import datasets.config
-    import huggingface_hub.constants
-    saved = [(m, a, getattr(m, a)) for m, a in ((datasets.config, "HF_HUB_OFFLINE"),
-                                                 (datasets.config, "HF_DATASETS_OFFLINE"),
-                                                 (huggingface_hub.constants, "HF_HUB_OFFLINE")) if hasattr(m, a)]
-    for m, a, _ in saved:
-        setattr(m, a, True)
-    try:
-        yield
-    finally:
-        for m, a, v in saved:
-            setattr(m, a, v)
-
-
 def hf_dataset(path, config=None, parquet_dir=None):
     """datasets.load_dataset(path, config): a DatasetDict. Without network (no answer from the Hub within
-    seconds, or HF_HUB_OFFLINE=1) only the local Hugging Face cache is read, so this fails fast. Datasets
-    that still carry a loading script (unsupported since datasets 4) are read from the Hub's parquet
-    conversion (revision refs/convert/parquet, folder parquet_dir). The tests replace this function."""
+    seconds, or HF_HUB_OFFLINE=1) only the local Hugging Face cache is read, so this fails fast: the libraries'
+    own offline switches, HF_HUB_OFFLINE and HF_DATASETS_OFFLINE, are set before `datasets` is imported (they
+    are read then; a process that imported it earlier keeps its setting). Datasets that still carry a loading
+    script (unsupported since datasets 4) are read from the Hub's parquet conversion (revision
+    refs/convert/parquet, folder parquet_dir). The tests replace this function."""
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    online = not (_truthy("HF_HUB_OFFLINE") or _truthy("HF_DATASETS_OFFLINE")) and reachable(endpoint)
+    if not online:
+        os.environ["HF_HUB_OFFLINE"] = os.environ["HF_DATASETS_OFFLINE"] = "1"
     try:
         import datasets
     except ImportError:
         raise DataError("the datasets package is not installed (pip install datasets)") from None
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    online = not (_truthy("HF_HUB_OFFLINE") or _truthy("HF_DATASETS_OFFLINE")) and reachable(endpoint)
-    with contextlib.nullcontext() if online else hf_offline_mode():
-        try:
-            return datasets.load_dataset(path, config)
-        except Exception as e:
-            if not (online and parquet_dir and "script" in str(e).lower()):
-                reason = "no network and not in the Hugging Face cache" if not online else one_line(e, 200)
-                raise DataError(reason) from None
-        try:
-            return datasets.load_dataset(path, revision="refs/convert/parquet", data_dir=parquet_dir)
-        except Exception as e:
-            raise DataError(one_line(e, 200)) from None
+    try:
+        return datasets.load_dataset(path, config)
+    except Exception as e:
+        if not (online and parquet_dir and "script" in str(e).lower()):
+            raise DataError(one_line(e, 200) if online else "no network and not in the Hugging Face cache") from None
+    try:
+        return datasets.load_dataset(path, revision="refs/convert/parquet", data_dir=parquet_dir)
+    except Exception as e:
+        raise DataError(one_line(e, 200)) from None
 
 
 def load_hf(task_name, layout, path, config=None, parquet_dir=None):
@@ -381,6 +531,14 @@ def hf_rows(ds, columns, batch_size=1000):
         raise DataError(f"the Hugging Face dataset has no column {missing[0]!r} (it has {', '.join(ds.column_names)})")
     for batch in ds.select_columns(columns).iter(batch_size=batch_size):
         yield [batch[c] for c in columns]
+
+
+def hf_columns(ds, columns):
+    out = [[] for _ in columns]
+    for batch in hf_rows(ds, columns):
+        for o, b in zip(out, batch):
+            o += b
+    return out
 
 
 def hf_split(dd, names, task_name):
@@ -403,37 +561,50 @@ def byte_encoding():
                              special_tokens={"<|endoftext|>": 256})
 
 
-def get_tokenizer(name, task_name):
-    """--tokenizer NAME as a tiktoken Encoding: byte, or a tiktoken encoding (gpt2, cl100k_base, ...), whose
-    files tiktoken downloads once and caches (TIKTOKEN_CACHE_DIR). Without network only that cache is read."""
+def check_tokenizer(name, task_name):
+    """A DataError unless --tokenizer NAME exists for the task (nothing is loaded): byte, char (textfile only)
+    or a tiktoken encoding."""
+    if name == "char" and task_name == "textfile" or name == "byte":
+        return
+    if os.path.isdir(name):                                  # a BERT folder: checked when its WordPiece loads
+        if task_name not in WORDPIECE_TASKS:
+            raise DataError(f"{task_name}: --tokenizer {name} is a folder (a BERT WordPiece); only "
+                            f"{', '.join(WORDPIECE_TASKS)} take one")
+        return
     try:
         import tiktoken
-        import tiktoken.load
     except ImportError:
         raise DataError(f"{task_name}: --tokenizer {name} needs tiktoken (pip install tiktoken)") from None
+    names = tiktoken.list_encoding_names()
+    if name not in names:
+        raise DataError(f"{task_name}: unknown --tokenizer {name!r}; choose byte, char (--task textfile only) or a "
+                        f"tiktoken encoding ({', '.join(names)})")
+
+
+def get_tokenizer(name, task_name):
+    """--tokenizer NAME as a tiktoken Encoding: byte, or a tiktoken encoding (gpt2, cl100k_base, ...), whose
+    files tiktoken reads from its cache (TIKTOKEN_CACHE_DIR) or downloads once. tiktoken's download has no
+    time limit, so it runs in a thread that is given up when the network does not answer."""
+    check_tokenizer(name, task_name)
     if name == "byte":
         return byte_encoding()
-    if name not in tiktoken.list_encoding_names():
-        raise DataError(f"{task_name}: unknown --tokenizer {name!r}; choose byte or a tiktoken encoding "
-                        f"({', '.join(tiktoken.list_encoding_names())})")
-    read_file = tiktoken.load.read_file
+    import tiktoken
+    got = []
 
-    def no_network(url):
-        raise ConnectionError(f"not cached: {url}")
-
-    tiktoken.load.read_file = no_network                     # first tiktoken's cache alone: no network needed
-    try:
-        return tiktoken.get_encoding(name)
-    except Exception:
-        pass
-    finally:
-        tiktoken.load.read_file = read_file
-    why = "it is not cached here and there is no network"
-    if reachable(TIKTOKEN_URL):
+    def load():
         try:
-            return tiktoken.get_encoding(name)
+            got.append(tiktoken.get_encoding(name))
         except Exception as e:
-            why = one_line(e, 200)
+            got.append(e)
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    t.join(10)                                               # a cached encoding loads in about a second
+    if t.is_alive() and reachable(TIKTOKEN_URL):             # a slow download: wait for it
+        t.join()
+    if got and not isinstance(got[0], Exception):
+        return got[0]
+    why = (f"it is not cached here and there is no network" if not reachable(TIKTOKEN_URL)
+           else one_line(got[0], 200) if got else "the download does not finish")
     raise DataError(f"{task_name}: cannot load the {name} tokenizer ({why}; tiktoken downloads it once from "
                     f"{TIKTOKEN_URL} into TIKTOKEN_CACHE_DIR); use --tokenizer byte to work offline")
 
@@ -468,17 +639,19 @@ def byte_rows(texts, length):
     return out, lengths
 
 
+def check_labels(labels, n_classes, source):
+    """Labels as uint8, or a DataError naming the source if one is not an integer in 0..n_classes-1."""
+    y = np.asarray(labels)
+    bad = np.flatnonzero((y < 0) | (y >= n_classes) | (y != np.round(y))) if y.dtype.kind in "iuf" else [0]
+    if len(y) and len(bad):
+        raise DataError(f"{source}: label {y[bad[0]].tolist()!r} of example {bad[0]} is not an integer "
+                        f"0-{n_classes - 1}")
+    return y.astype(np.uint8)
+
+
 def save_arrays(folder, split, **arrays):
     for name, a in arrays.items():
         np.save(os.path.join(folder, f"{split}.{name}.npy"), a)
-
-
-def load_cls_split(folder, split, offset, block_size):
-    """A classification split cached by save_arrays: tokens memory-mapped, cut to block_size."""
-    tokens = np.load(os.path.join(folder, f"{split}.tokens.npy"), mmap_mode="r")
-    labels = np.load(os.path.join(folder, f"{split}.labels.npy"))
-    lengths = np.load(os.path.join(folder, f"{split}.lengths.npy"))
-    return ClassificationSplit(tokens, labels, lengths, offset).truncate(block_size)
 
 
 def cls_task(name, kind, folder, vocab_size, block_size, n_classes, offset, splits):
@@ -486,12 +659,18 @@ def cls_task(name, kind, folder, vocab_size, block_size, n_classes, offset, spli
     once are loaded once: where val is the test split, task.split("val") is task.split("test")."""
     loaded = {}
 
-    def load(stored):
+    def load(stored):                                        # tokens memory-mapped, cut to block_size
         if stored not in loaded:
-            loaded[stored] = load_cls_split(folder, stored, offset, block_size)
+            with reading(os.path.join(folder, f"{stored}.*.npy"), "is damaged", f"; delete {folder} to rebuild it"):
+                tokens, labels, lengths = (np.load(os.path.join(folder, f"{stored}.{a}.npy"), mmap_mode=mode)
+                                           for a, mode in (("tokens", "r"), ("labels", None), ("lengths", None)))
+            loaded[stored] = ClassificationSplit(tokens, labels, lengths, offset).truncate(block_size)
         return loaded[stored]
 
-    return Task(name, kind, vocab_size, block_size, n_classes, {s: (lambda f=f: load(f)) for s, f in splits.items()})
+    return Task(name, kind, vocab_size, block_size, n_classes, {s: (lambda f=f: load(f)) for s, f in splits.items()},
+                sources={s: os.path.join(folder, f"{f}.*.npy") for s, f in splits.items()})
+
+
 
 # ----------------------------------------------------------------------------------------------
 # ListOps (Nangia & Bowman 2018), generated exactly by the Long Range Arena recipe
@@ -858,18 +1037,10 @@ def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LIST
     block_size = block_size or setting.lengths[1]
     names = {split: f"basic_{split}.tsv" for split in LISTOPS_SIZES}
     if data_dir is not None:                                 # LRA's release: lra_release/listops-1000/
-        if not os.path.isdir(data_dir):
-            raise DataError(f"listops: --data_dir {data_dir} is not a folder; it should hold LRA's basic_test.tsv "
-                            "(and basic_train.tsv, basic_val.tsv to train)")
-        sub = os.path.join(data_dir, "listops-1000")
-        folder = sub if os.path.isdir(sub) else data_dir
-        paths = {s: os.path.join(folder, n) for s, n in names.items() if os.path.exists(os.path.join(folder, n))}
-        if not paths:
-            raise DataError(f"listops: no basic_train.tsv, basic_val.tsv or basic_test.tsv in --data_dir {data_dir}")
+        folder, found = release("listops", data_dir, "it should hold LRA's basic_train.tsv, basic_val.tsv and "
+                                "basic_test.tsv (or listops-1000/ with them)", (), ["listops-1000"], names.values())
+        paths = {s: found[n] for s, n in names.items() if found[n]}
         fix = "the file should hold LRA's ListOps rows ('Source<TAB>Target', then one 'tree<TAB>label' per line)"
-        for p in paths.values():
-            if not os.path.isfile(p):
-                raise DataError(f"{p} is a folder where the ListOps file should be; {fix}")
     else:                                                    # generate once, then reuse
         folder = os.path.join(cache_dir, setting.folder_name())
         paths = {s: os.path.join(folder, n) for s, n in names.items()}
@@ -899,7 +1070,8 @@ def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LIST
                 write_listops_tsv(paths[split], examples[start:start + size])
                 start += size
     loaders = {s: (lambda p=p: listops_split(p, cache_dir, block_size, fix)) for s, p in paths.items()}
-    return Task("listops", "cls", len(LISTOPS_VOCAB), block_size, 10, loaders)
+    missing = {s: f"listops: no {n} in {folder}" for s, n in names.items() if s not in paths}
+    return Task("listops", "cls", len(LISTOPS_VOCAB), block_size, 10, loaders, missing, paths)
 
 
 # Reference rules: what a model scores by reading only the top of the tree. listops_baselines fits them on
@@ -1044,39 +1216,43 @@ def listops_baselines(train, /, fit=10_000, **splits):
 
 PTB_LAYOUT = ("DIR with Mikolov's ptb.train.txt, ptb.valid.txt, ptb.test.txt (simple-examples.tgz; DIR may "
               "also hold simple-examples/data/ or ptb/)")
-PTB_FILES = (("train", "train"), ("val", "valid"), ("test", "test"))
+PTB_FILES = {"train": "ptb.train.txt", "val": "ptb.valid.txt", "test": "ptb.test.txt"}
+
+
+def ptb_files(data_dir):
+    """{split: path} of Mikolov's three files under data_dir."""
+    _, paths = release("ptb", data_dir, f"use {PTB_LAYOUT}", list(PTB_FILES.values()), ["simple-examples/data", "ptb"])
+    return {s: paths[name] for s, name in PTB_FILES.items()}
 
 
 def read_words(path):
-    with open(path) as f:
-        return [w for line in f for w in line.split() + ["<eos>"]]
+    return [w for line in read_lines(path) for w in line.split() + ["<eos>"]]
 
 
 def fetch_ptb(folder):
     def build(tmp):
         dd = load_hf("ptb", PTB_LAYOUT, "ptb-text-only/ptb_text_only", "penn_treebank", parquet_dir="penn_treebank")
-        for split, name in PTB_FILES:
+        for split, name in PTB_FILES.items():
             ds = hf_split(dd, ["validation" if split == "val" else split], "ptb")
             lines = [f" {s} \n" for batch, in hf_rows(ds, ["sentence"]) for s in batch]
-            atomic_write_text(os.path.join(tmp, f"ptb.{name}.txt"), "".join(lines))
+            atomic_write_text(os.path.join(tmp, name), "".join(lines))
     return cached_dir(folder, build, "ptb: writing Hugging Face's Penn Treebank as Mikolov's files")
 
 
 @task("ptb")
 def ptb(data_dir=None, cache_dir="data", block_size=35, **_):
-    if data_dir is None:
-        data_dir = fetch_ptb(os.path.join(cache_dir, "ptb"))
-    folder = locate("ptb", data_dir, "ptb.train.txt", ["simple-examples/data", "ptb"], f"use {PTB_LAYOUT}")
-    files = {s: find_file(folder, [f"ptb.{f}.txt"], "ptb") for s, f in PTB_FILES}
+    files = ptb_files(fetch_ptb(os.path.join(cache_dir, "ptb")) if data_dir is None else data_dir)
     words = {s: read_words(p) for s, p in files.items()}
     vocab = {w: i for i, w in enumerate(sorted(set(words["train"])), start=1)}  # 0 is padding
     for s, ws in words.items():
         unknown = next((w for w in ws if w not in vocab), None)
         if unknown is not None:
-            raise DataError(f"{files[s]}: word {unknown!r} is not in the training vocabulary")
+            raise DataError(f"{files[s]}: word {unknown!r} is not in the training vocabulary (that of "
+                            f"{files['train']}; Mikolov's files write rare words as <unk>)")
     streams = {s: np.array([vocab[w] for w in ws], dtype=np.int32) for s, ws in words.items()}
-    loaders = {s: (lambda a=a: LMSplit(a, block_size)) for s, a in streams.items()}
-    return Task("ptb", "lm", len(vocab) + 1, block_size, 0, loaders)
+    loaders = {s: (lambda s=s: LMSplit(streams[s], block_size, files[s])) for s in streams}
+    return Task("ptb", "lm", len(vocab) + 1, block_size, 0, loaders, sources=files)
+
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1342,70 +1518,92 @@ def pathfinder_generated(folder, split, count):
             else:
                 results = map(pathfinder_shard, jobs)
             for (_, k, _), (images, labels) in zip(jobs, results):
-                tmp = f"{paths[k]}.tmp{os.getpid()}"
+                tmp = temp_path(paths[k])
                 with open(tmp, "wb") as f:
                     np.savez(f, images=images, labels=labels)
                 os.replace(tmp, paths[k])
-    shards = [np.load(p) for p in paths]
-    return np.concatenate([s["images"] for s in shards]), np.concatenate([s["labels"] for s in shards])
+    images, labels = [], []
+    for p in paths:
+        with reading(p, "is damaged", "; delete it to generate it again"), np.load(p) as shard:
+            images.append(shard["images"])
+            labels.append(shard["labels"])
+    return np.concatenate(images), np.concatenate(labels)
 
 
 def read_pathfinder_metadata(path):
     """The rows of one metadata file of the release: text lines "imgs/<k> sample_<n>.png <n> <label> ..."
     (saved as .npy by some versions of the generator: then a 2-D array of strings)."""
-    with open(path, "rb") as f:
+    with reading(path, "is not a Pathfinder metadata file"), open(path, "rb") as f:
         raw = f.read()
-    if raw.startswith(b"\x93NUMPY"):
-        with open(path, "rb") as f:
-            return [[str(v) for v in row] for row in np.load(f, allow_pickle=False)]
-    return [line.split() for line in raw.decode("utf-8").splitlines() if line.strip()]
+        if raw.startswith(b"\x93NUMPY"):
+            f.seek(0)
+            rows = np.load(f, allow_pickle=False)
+            if rows.size and rows.ndim != 2:
+                raise ValueError(f"a {rows.ndim}-D array, not rows of fields")
+            return [[str(v) for v in row] for row in rows]
+        return [line.split() for line in raw.decode("utf-8").splitlines() if line.strip()]
 
 
-def read_pathfinder_release(folder, out):
-    """LRA's pathfinder32/<difficulty>/ folder -> cached splits 80/10/10 (a fixed shuffle, as S4 does)."""
-    from PIL import Image
-    metas = sorted(glob.glob(os.path.join(folder, "metadata", "*.npy")),
+def pathfinder_images(folder):
+    """The release's metadata files and the (PNG path, label) of every image they list, in LRA's order."""
+    metas = sorted(glob.glob(os.path.join(glob.escape(folder), "metadata", "*.npy")),
                    key=lambda p: (len(os.path.basename(p)), os.path.basename(p)))
-    rows = []
+    if not metas:
+        raise DataError(f"pathfinder: no metadata/*.npy in {folder}; use {PATHFINDER_LAYOUT}")
+    images = []
     for meta in metas:
+        if file_problem(meta):
+            raise DataError(f"pathfinder: {meta} {file_problem(meta)}")
         for i, fields in enumerate(read_pathfinder_metadata(meta), 1):
             try:
-                rows.append((os.path.join(folder, fields[0], fields[1]), int(float(fields[3]))))
+                label = float(fields[3])
+                if label not in (0, 1):
+                    raise ValueError
+                images.append((os.path.join(folder, fields[0], fields[1]), int(label)))
             except (IndexError, ValueError):
-                raise DataError(f"{meta}, row {i}: expected 'imgs/<k> sample_<n>.png <n> <label> ...'") from None
-    images = np.zeros((len(rows), 1024), np.uint8)
-    labels = np.zeros(len(rows), np.uint8)
+                raise DataError(f"{meta}, row {i}: expected 'imgs/<k> sample_<n>.png <n> <label 0 or 1> ...', "
+                                f"found {one_line(' '.join(fields), 80)!r}") from None
+    if not images:
+        raise DataError(f"pathfinder: the metadata files in {os.path.join(folder, 'metadata')} list no images")
+    return metas, images
+
+
+def read_pathfinder_release(images, out):
+    """The release's images -> cached splits 80/10/10 (a fixed shuffle, as S4 does). Empty files are skipped
+    (S4 skips curv_baseline/imgs/0/sample_172.png: empty); anything else unreadable is an error."""
+    from PIL import Image
+    pixels = np.zeros((len(images), 1024), np.uint8)
+    labels = np.zeros(len(images), np.uint8)
     n = 0
-    for path, label in rows:
-        try:
-            with Image.open(path) as im:
-                pixels = np.asarray(im.convert("L"))
-        except (OSError, ValueError):                        # S4 skips curv_baseline/imgs/0/sample_172.png: empty
+    for path, label in images:
+        if os.path.getsize(path) == 0:
             continue
-        if pixels.shape != (32, 32) or label not in (0, 1):
-            raise DataError(f"{path}: expected a 32x32 image with label 0 or 1, found {pixels.shape}, {label}")
-        images[n], labels[n] = pixels.reshape(-1), label
+        with reading(path, "is not a readable PNG image"), Image.open(path) as im:
+            if im.size != (32, 32):
+                raise DataError(f"{path}: a {im.size[0]}x{im.size[1]} image; Pathfinder32's are 32x32")
+            pixels[n], labels[n] = np.asarray(im.convert("L")).reshape(-1), label
         n += 1
-    if n == 0:
-        raise DataError(f"pathfinder: no readable images listed in {os.path.join(folder, 'metadata')}")
-    if n < len(rows):
-        print(f"pathfinder: skipped {len(rows) - n} unreadable images", flush=True)
+    if n < len(images):
+        print(f"pathfinder: skipped {len(images) - n} empty image files", flush=True)
+    if n < 10:
+        raise DataError(f"pathfinder: {n} readable images listed, too few for train, val and test (80/10/10)")
     order = np.random.default_rng(0).permutation(n)
     cut = [0, int(0.8 * n), int(0.9 * n), n]
     for split, lo, hi in zip(("train", "val", "test"), cut, cut[1:]):
         idx = np.sort(order[lo:hi])
-        save_arrays(out, split, tokens=images[idx], labels=labels[idx], lengths=np.full(len(idx), 1024, np.int32))
+        save_arrays(out, split, tokens=pixels[idx], labels=labels[idx], lengths=np.full(len(idx), 1024, np.int32))
 
 
 @task("pathfinder")
 def pathfinder(cache_dir="data", data_dir=None, block_size=1024, **_):
     if data_dir is not None:
         hard = "curv_contour_length_14"
-        folder = locate("pathfinder", data_dir, "metadata",
-                        [hard, f"pathfinder32/{hard}", f"lra_release/pathfinder32/{hard}",
-                         f"lra_release/lra_release/pathfinder32/{hard}"], f"use {PATHFINDER_LAYOUT}")
-        key = source_key(glob.glob(os.path.join(folder, "metadata", "*.npy")))
-        out = cached_dir(os.path.join(cache_dir, "pathfinder", key), lambda tmp: read_pathfinder_release(folder, tmp),
+        folder, _ = release("pathfinder", data_dir, f"use {PATHFINDER_LAYOUT}", ["metadata/"],
+                            [hard, f"pathfinder32/{hard}", f"lra_release/pathfinder32/{hard}",
+                             f"lra_release/lra_release/pathfinder32/{hard}"])
+        metas, images = pathfinder_images(folder)
+        key = source_key([*metas, *(p for p, _ in images)], " (listed in the release's metadata)")
+        out = cached_dir(os.path.join(cache_dir, "pathfinder", key), lambda tmp: read_pathfinder_release(images, tmp),
                          f"pathfinder: reading LRA's release in {folder}")
         return cls_task("pathfinder", "cls", out, 257, block_size, 2, 1, {s: s for s in ("train", "val", "test")})
     folder = os.path.join(cache_dir, "pathfinder", "generated")
@@ -1421,13 +1619,13 @@ def pathfinder(cache_dir="data", data_dir=None, block_size=1024, **_):
                "test": lambda: shards("test").full()}
     return Task("pathfinder", "cls", 257, block_size, 2, loaders)
 
-
 # ----------------------------------------------------------------------------------------------
 # Image: CIFAR-10 in grayscale (LRA): 1,024 pixel tokens (+ 1, vocabulary 257), 10 classes; train = the
 # first 90% of CIFAR's training set (45,000), val = the last 10% (5,000), test = its test set (10,000).
 
 CIFAR_LAYOUT = ("DIR with CIFAR-10's python release (cifar-10-python.tar.gz unpacked): DIR/cifar-10-batches-py/"
                 "data_batch_1 ... data_batch_5 and test_batch (DIR may also be cifar-10-batches-py/ itself)")
+CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 
 
 def rgb_to_gray(rgb):
@@ -1437,14 +1635,32 @@ def rgb_to_gray(rgb):
     return np.clip(gray * 255.5, 0, 255).astype(np.uint8)
 
 
+class ArraysOnly(pickle.Unpickler):
+    """Unpickles plain values and numpy arrays, nothing else: a CIFAR batch is a pickle, and unpickling
+    anything more could run code."""
+    ALLOWED = {(m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("_reconstruct", "scalar")}
+    ALLOWED |= {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.numeric", "_frombuffer"),
+                ("numpy._core.numeric", "_frombuffer"), ("_codecs", "encode")}
+
+    def find_class(self, module, name):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"it holds a {module}.{name}, which is not loaded")
+        return super().find_class(module, name)
+
+
 def read_cifar_batch(path):
-    try:
-        with open(path, "rb") as f:
-            d = pickle.load(f, encoding="bytes")
-        rgb = np.asarray(d[b"data"], np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-        return rgb, np.asarray(d[b"labels"], np.int64)
-    except (OSError, KeyError, ValueError, pickle.UnpicklingError, EOFError) as e:
-        raise DataError(f"{path}: not a CIFAR-10 python batch ({one_line(e, 100)})") from None
+    """One batch file: (rgb (N, 32, 32, 3) uint8, labels (N,) int64)."""
+    with reading(path, "is not a CIFAR-10 python batch"), open(path, "rb") as f:
+        d = ArraysOnly(f, encoding="bytes").load()
+        if not isinstance(d, dict) or b"data" not in d or b"labels" not in d:
+            raise ValueError("expected a dict with b'data' and b'labels'")
+        x, y = np.asarray(d[b"data"]), np.asarray(d[b"labels"])
+    if x.ndim != 2 or x.shape[1] != 3072 or x.dtype.kind not in "iu" or not len(x) or x.min() < 0 or x.max() > 255:
+        raise DataError(f"{path}: b'data' is {x.dtype} {x.shape}; a CIFAR-10 batch holds (N, 3072) bytes, N > 0")
+    if y.shape != (len(x),):
+        raise DataError(f"{path}: {y.size} labels for {len(x)} images")
+    y = check_labels(y, 10, path)
+    return x.astype(np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1), y.astype(np.int64)
 
 
 def save_images(out, rgb_by_split):
@@ -1455,19 +1671,14 @@ def save_images(out, rgb_by_split):
     trgb, tlabels = rgb_by_split["test"]
     for split, x, y in (("train", gray[:cut], labels[:cut]), ("val", gray[cut:], labels[cut:]),
                         ("test", rgb_to_gray(trgb).reshape(len(trgb), -1), tlabels)):
-        if ((y < 0) | (y > 9)).any():
-            raise DataError("image: CIFAR-10 labels must be 0-9")
         save_arrays(out, split, tokens=x, labels=np.asarray(y, np.uint8), lengths=np.full(len(x), x.shape[1], np.int32))
 
 
 @task("image")
 def image(cache_dir="data", data_dir=None, block_size=1024, **_):
     if data_dir is not None:
-        folder = locate("image", data_dir, "data_batch_1", ["cifar-10-batches-py"], f"use {CIFAR_LAYOUT}")
-        files = [os.path.join(folder, f"data_batch_{i}") for i in range(1, 6)] + [os.path.join(folder, "test_batch")]
-        for f in files:
-            if not os.path.isfile(f):
-                raise DataError(f"image: no {os.path.basename(f)} in {folder}; use {CIFAR_LAYOUT}")
+        folder, files = release("image", data_dir, f"use {CIFAR_LAYOUT}", CIFAR_FILES, ["cifar-10-batches-py"])
+        files = list(files.values())
 
         def build(out):
             parts = [read_cifar_batch(f) for f in files[:5]]
@@ -1483,7 +1694,7 @@ def image(cache_dir="data", data_dir=None, block_size=1024, **_):
                 for batch_imgs, batch_labels in hf_rows(hf_split(dd, [split], "image"), ["img", "label"]):
                     imgs += [np.asarray(im.convert("RGB") if hasattr(im, "convert") else im, np.uint8) for im in batch_imgs]
                     labels += batch_labels
-                splits[split] = (np.stack(imgs), np.asarray(labels, np.int64))
+                splits[split] = (np.stack(imgs), check_labels(labels, 10, f"image: uoft-cs/cifar10 {split}"))
             save_images(out, splits)
         key, what = "hf", "image: CIFAR-10 (Hugging Face) in grayscale"
     folder = cached_dir(os.path.join(cache_dir, "image", key), build, what)
@@ -1500,26 +1711,29 @@ IMDB_LAYOUT = ("DIR with the Large Movie Review Dataset (aclImdb_v1.tar.gz unpac
                "{pos,neg}/<id>_<rating>.txt (DIR may also be aclImdb/ itself)")
 
 
-def read_aclimdb(folder, split):
-    texts, labels = [], []
-    for label, sub in ((0, "neg"), (1, "pos")):
-        files = glob.glob(os.path.join(folder, split, sub, "*.txt"))
-        key = lambda p: (int(os.path.basename(p).split("_")[0]) if os.path.basename(p).split("_")[0].isdigit()  # noqa: E731
-                         else math.inf, os.path.basename(p))
-        for path in sorted(files, key=key):
-            with open(path, encoding="utf-8", errors="replace") as f:
-                texts.append(f.read())
+def review_files(task_name, folder):
+    """The reviews (*.txt) of one of aclImdb's {train,test}/{neg,pos} folders, in the order of their ids."""
+    def key(name):
+        head = name.split("_")[0]
+        return (int(head) if head.isdigit() else math.inf, name)
+    with reading(folder):
+        names = sorted((e.name for e in os.scandir(folder) if e.name.endswith(".txt") and not e.name.startswith(".")),
+                       key=key)
+    if not names:
+        raise DataError(f"{task_name}: no reviews (*.txt) in {folder}: both classes are needed; use {IMDB_LAYOUT}")
+    return [os.path.join(folder, n) for n in names]
+
+
+def read_aclimdb(files):
+    """{split: (texts, labels)} of the reviews files[(split, label)]."""
+    out = {}
+    for (split, label), paths in files.items():
+        texts, labels = out.setdefault(split, ([], []))
+        for path in paths:
+            texts.append(read_text(path))
+            if not texts[-1].strip():
+                raise DataError(f"{path} is empty: a review needs text")
             labels.append(label)
-    if not texts:
-        raise DataError(f"no reviews in {os.path.join(folder, split)}/pos or /neg; use {IMDB_LAYOUT}")
-    return texts, labels
-
-
-def hf_columns(ds, columns):
-    out = [[] for _ in columns]
-    for batch in hf_rows(ds, columns):
-        for o, b in zip(out, batch):
-            o += b
     return out
 
 
@@ -1530,12 +1744,10 @@ def imdb_source(task_name, data_dir):
             dd = load_hf(task_name, IMDB_LAYOUT, "stanfordnlp/imdb")
             return {s: hf_columns(hf_split(dd, [s], task_name), ["text", "label"]) for s in ("train", "test")}
         return "hf", read
-    folder = locate(task_name, data_dir, os.path.join("train", "neg"), ["aclImdb"], f"use {IMDB_LAYOUT}")
-    dirs = [os.path.join(folder, s, c) for s in ("train", "test") for c in ("neg", "pos")]
-    for d in dirs:
-        if not os.path.isdir(d):
-            raise DataError(f"{task_name}: no folder {d}; use {IMDB_LAYOUT}")
-    return source_key(dirs), lambda: {s: read_aclimdb(folder, s) for s in ("train", "test")}
+    parts = [(s, label, f"{s}/{c}/") for s in ("train", "test") for label, c in ((0, "neg"), (1, "pos"))]
+    _, dirs = release(task_name, data_dir, f"use {IMDB_LAYOUT}", [d for *_, d in parts], ["aclImdb"])
+    files = {(s, label): review_files(task_name, dirs[d]) for s, label, d in parts}
+    return source_key([p for paths in files.values() for p in paths]), lambda: read_aclimdb(files)
 
 
 @task("text")
@@ -1546,28 +1758,32 @@ def text(cache_dir="data", data_dir=None, block_size=4000, **_):
     def build(out):
         for split, (texts, labels) in read().items():
             tokens, lengths = byte_rows(texts, length)
-            save_arrays(out, split, tokens=tokens, labels=np.asarray(labels, np.uint8), lengths=lengths)
+            save_arrays(out, split, tokens=tokens, labels=check_labels(labels, 2, f"text: the {split} reviews"),
+                        lengths=lengths)
 
     folder = cached_dir(os.path.join(cache_dir, "text", f"{key}-L{length}"), build, "text: IMDb as bytes")
     return cls_task("text", "cls", folder, 257, block_size, 2, 1, {"train": "train", "val": "test", "test": "test"})
 
 
 def bpe_cls_task(name, cache_dir, key, read, tokenizer, block_size, default_length, n_classes, splits):
-    """A BPE classification task: read() -> {split: (texts, labels)}, tokenised once into the cache."""
+    """A BPE classification task: read() -> {split: (texts, labels)}, tokenised once into the cache. Local
+    data (key local-...) loads the tokenizer first, so that a tokenizer that cannot load fails before the
+    data is read; Hugging Face data is read first (offline, its error is the useful one)."""
     if os.path.isdir(tokenizer):                             # a BERT folder: BERT's WordPiece (section below)
         return wordpiece_cls_task(name, cache_dir, key, read, tokenizer, block_size, n_classes, splits)
     length = max(block_size, default_length)
     folder = os.path.join(cache_dir, name, f"{key}-{tokenizer}-L{length}")
     if not os.path.isdir(folder):
         def build(out):
-            splits = read()                                  # the data first: offline, its error is the useful one
-            enc = get_tokenizer(tokenizer, name)
+            enc = get_tokenizer(tokenizer, name) if key.startswith("local") else None
+            splits = read()
+            enc = enc or get_tokenizer(tokenizer, name)
             print(f"{name}: tokenising {sum(len(t) for t, _ in splits.values()):,} texts with {tokenizer} ...",
                   flush=True)
             for split, (texts, labels) in splits.items():
                 tokens = bpe_rows(enc, texts, length)
-                save_arrays(out, split, tokens=tokens, labels=np.asarray(labels, np.uint8),
-                            lengths=(tokens != 0).sum(-1).astype(np.int32))
+                labels = check_labels(labels, n_classes, f"{name}: the {split} split")
+                save_arrays(out, split, tokens=tokens, labels=labels, lengths=(tokens != 0).sum(-1).astype(np.int32))
             save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab + 1})
 
         cached_dir(folder, build, f"{name}: tokenised with {tokenizer}")
@@ -1660,7 +1876,7 @@ def imdb(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **_)
 # ----------------------------------------------------------------------------------------------
 # AG News (Zhang et al. 2015): 120,000 train, 7,600 test news, 4 classes (World, Sports, Business,
 # Sci/Tech). The text is title + " " + description, as Hugging Face's ag_news; BPE, first 512 tokens.
-# A folder with test.csv only (e.g. ../shared/data/ag_news) trains on its first 6,000 rows (or 80%,
+# A folder with test.csv only (e.g. the copy some mirrors ship) trains on its first 6,000 rows (or 80%,
 # if it has fewer than 7,500) and tests on the rest; val is the test split.
 
 AGNEWS_LAYOUT = ('DIR with the AG News CSV release (ag_news_csv.tgz unpacked): DIR/train.csv and DIR/test.csv, '
@@ -1670,16 +1886,18 @@ AGNEWS_TEST_ONLY_TRAIN = 6_000
 
 def read_agnews_csv(path):
     texts, labels = [], []
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.reader(f)
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != 3 or row[0].strip() not in ("1", "2", "3", "4"):
-                raise DataError(f'{path}, line {reader.line_num}: expected "class","title","description" with '
-                                f"class 1-4, found {one_line(row, 80)}")
-            texts.append(row[1] + " " + row[2])
-            labels.append(int(row[0]) - 1)
+    with reading(path), open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f, strict=True)                  # strict: a stray or unclosed quote is an error
+        try:
+            for row in reader:
+                if row and (len(row) != 3 or row[0].strip() not in ("1", "2", "3", "4")):
+                    raise csv.Error(f"found {one_line(row, 80)}")
+                if row:
+                    texts.append(row[1] + " " + row[2])
+                    labels.append(int(row[0]) - 1)
+        except csv.Error as e:
+            raise DataError(f'{path}, line {reader.line_num}: expected "class","title","description" with class '
+                            f"1-4 ({e})") from None
     if not texts:
         raise DataError(f"{path} holds no rows")
     return texts, labels
@@ -1693,19 +1911,23 @@ def agnews(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **
             return {s: hf_columns(hf_split(dd, [s], "agnews"), ["text", "label"]) for s in ("train", "test")}
         key = "hf"
     else:
-        folder = locate("agnews", data_dir, "test.csv", ["ag_news_csv"], f"use {AGNEWS_LAYOUT}")
-        train_csv, test_csv = os.path.join(folder, "train.csv"), os.path.join(folder, "test.csv")
-        if os.path.isfile(train_csv):
+        folder, files = release("agnews", data_dir, f"use {AGNEWS_LAYOUT}", ["test.csv"], ["ag_news_csv"],
+                                ["train.csv"])
+        train_csv, test_csv = files["train.csv"], files["test.csv"]
+        if train_csv:
             key = source_key([train_csv, test_csv])
 
             def read():
                 return {"train": read_agnews_csv(train_csv), "test": read_agnews_csv(test_csv)}
-        else:
+        else:                                                # the documented fallback: test.csv split in two
             key = source_key([test_csv]) + "-testonly"
 
             def read():
                 texts, labels = read_agnews_csv(test_csv)
                 n = min(AGNEWS_TEST_ONLY_TRAIN, int(0.8 * len(texts)))
+                if n == 0 or n == len(texts):
+                    raise DataError(f"{test_csv}: {len(texts)} row(s), too few to split into train and test "
+                                    f"(there is no train.csv beside it)")
                 print(f"agnews: {folder} has no train.csv: training on the first {n:,} rows of test.csv, "
                       f"testing on the other {len(texts) - n:,}", flush=True)
                 return {"train": (texts[:n], labels[:n]), "test": (texts[n:], labels[n:])}
@@ -1717,44 +1939,47 @@ def agnews(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **
 # Retrieval: LRA's AAN task (Radev et al. 2013): do two papers cite one another? Pairs of documents,
 # byte-level (the first 4,000 bytes of each, + 1), one shared encoder on both (the "match" head).
 # LRA's files new_aan_pairs.{train,eval,test}.tsv: no header, tab-separated label, id1, id2, text1, text2.
-# 147,086 / 18,090 / 17,437 pairs: stored as uint8 memmaps (1.2 GB for train), never loaded whole.
+# 147,086 / 18,090 / 17,437 pairs: stored as uint8 memmaps (1.2 GB for train), never loaded whole. The
+# documents are bytes: any byte is a token, as in LRA.
 
 AAN_LAYOUT = ("DIR with LRA's AAN pairs (lra_release.gz): DIR/new_aan_pairs.train.tsv, new_aan_pairs.eval.tsv, "
               "new_aan_pairs.test.tsv, tab-separated label, id1, id2, text1, text2 (DIR may also hold tsv_data/ "
               "or lra_release/)")
+AAN_FILES = {"train": "new_aan_pairs.train.tsv", "val": "new_aan_pairs.eval.tsv", "test": "new_aan_pairs.test.tsv"}
 
 
 def read_aan(path, out, split, length):
-    with open(path, "rb") as f:
-        n = sum(1 for line in f if line.strip())
-    if n == 0:
-        raise DataError(f"{path} holds no pairs")
-    tokens = np.lib.format.open_memmap(os.path.join(out, f"{split}.tokens.npy"), mode="w+", dtype=np.uint8,
-                                       shape=(n, 2, length))
-    lengths = np.zeros((n, 2), np.int32)
-    labels = np.zeros(n, np.uint8)
-    i = 0
-    with open(path, "rb") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            fields = line.rstrip(b"\r\n").split(b"\t")
-            try:
-                if len(fields) != 5:
-                    raise ValueError(f"expected 5 tab-separated fields, found {len(fields)}")
-                label = float(fields[0])
-                if label not in (0.0, 1.0):
-                    raise ValueError(f"label {fields[0].decode(errors='replace')} is not 0 or 1")
-            except ValueError as e:
-                raise DataError(f"{path}, line {lineno}: malformed AAN row ({e})") from None
-            labels[i] = int(label)
-            for j, doc in enumerate(fields[3:]):
-                doc = doc[:length]
-                tokens[i, j, :len(doc)] = np.frombuffer(doc, dtype=np.uint8)
-                lengths[i, j] = len(doc)
-            i += 1
-    tokens.flush()
-    del tokens
+    with reading(path):
+        with open(path, "rb") as f:
+            n = sum(1 for line in f if line.strip())
+        if n == 0:
+            raise DataError(f"{path} holds no pairs")
+        tokens = np.lib.format.open_memmap(os.path.join(out, f"{split}.tokens.npy"), mode="w+", dtype=np.uint8,
+                                           shape=(n, 2, length))
+        lengths = np.zeros((n, 2), np.int32)
+        labels = np.zeros(n, np.uint8)
+        i = 0
+        with open(path, "rb") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                fields = line.rstrip(b"\r\n").split(b"\t")
+                try:
+                    if len(fields) != 5:
+                        raise ValueError(f"expected 5 tab-separated fields, found {len(fields)}")
+                    label = float(fields[0])
+                    if label not in (0.0, 1.0):
+                        raise ValueError(f"label {fields[0].decode(errors='replace')} is not 0 or 1")
+                except ValueError as e:
+                    raise DataError(f"{path}, line {lineno}: malformed AAN row ({e})") from None
+                labels[i] = int(label)
+                for j, doc in enumerate(fields[3:]):
+                    doc = doc[:length]
+                    tokens[i, j, :len(doc)] = np.frombuffer(doc, dtype=np.uint8)
+                    lengths[i, j] = len(doc)
+                i += 1
+        tokens.flush()
+        del tokens
     np.save(os.path.join(out, f"{split}.labels.npy"), labels)
     np.save(os.path.join(out, f"{split}.lengths.npy"), lengths)
 
@@ -1765,10 +1990,8 @@ def retrieval(cache_dir="data", data_dir=None, block_size=4000, **_):
         raise DataError("retrieval: the AAN pairs come only with LRA's release (https://storage.googleapis.com/"
                         f"long-range-arena/lra_release.gz, 7.7 GB, unpack it); pass --data_dir {AAN_LAYOUT}")
     sub = ["tsv_data", "lra_release/tsv_data", "lra_release/lra_release/tsv_data"]
-    folder = locate("retrieval", data_dir, "new_aan_pairs.train.tsv", sub, f"use {AAN_LAYOUT}")
-    files = {s: os.path.join(folder, f"new_aan_pairs.{f}.tsv") for s, f in (("train", "train"), ("val", "eval"),
-                                                                              ("test", "test"))}
-    files = {s: p for s, p in files.items() if os.path.isfile(p)}
+    folder, found = release("retrieval", data_dir, f"use {AAN_LAYOUT}", (), sub, AAN_FILES.values())
+    files = {s: found[name] for s, name in AAN_FILES.items() if found[name]}
     length = max(block_size, 4000)
 
     def build(out):
@@ -1777,8 +2000,9 @@ def retrieval(cache_dir="data", data_dir=None, block_size=4000, **_):
 
     out = cached_dir(os.path.join(cache_dir, "retrieval", f"{source_key(files.values())}-L{length}"), build,
                      f"retrieval: reading the AAN pairs in {folder}")
-    return cls_task("retrieval", "match", out, 257, block_size, 2, 1, {s: s for s in files})
-
+    task = cls_task("retrieval", "match", out, 257, block_size, 2, 1, {s: s for s in files})
+    task.missing = {s: f"retrieval: no {name} in {folder}" for s, name in AAN_FILES.items() if s not in files}
+    return task
 
 # ----------------------------------------------------------------------------------------------
 # Language modelling with BPE, as nanoGPT: every split tokenised once into a .bin file of token ids
@@ -1844,36 +2068,40 @@ def _write_ids(f, rows, dtype, eot):
 
 
 def load_bin(path, dtype):
-    return np.memmap(path, dtype=dtype, mode="r")
+    return np.memmap(path, dtype=dtype, mode="r") if os.path.getsize(path) else np.zeros(0, dtype)
 
 
-def lm_bin_task(name, folder, block_size, splits):
+def lm_bin_task(name, folder, block_size, splits, sources=None):
+    """A language-model Task over a folder of .bin streams described by its meta.json (vocab_size, dtype)."""
     meta = load_json(os.path.join(folder, "meta.json"))
-    dtype = np.dtype(meta["dtype"])
-    loaders = {s: (lambda p=os.path.join(folder, f"{s}.bin"): LMSplit(load_bin(p, dtype), block_size)) for s in splits}
-    return Task(name, "lm", meta["vocab_size"], block_size, 0, loaders)
+    hint = f"; delete {folder} to rebuild it" if sources is None else ""
+    try:
+        dtype, vocab_size = np.dtype(meta["dtype"]), int(meta["vocab_size"])
+        if dtype.kind != "u" or vocab_size < 2:
+            raise ValueError
+    except (TypeError, KeyError, ValueError):
+        raise DataError(f"{os.path.join(folder, 'meta.json')}: expected {{\"vocab_size\": N, \"dtype\": \"uint16\"}}"
+                        f"{hint}") from None
+    sources = sources or {s: os.path.join(folder, f"{s}.bin") for s in splits}
+    loaders = {s: (lambda s=s: LMSplit(load_bin(os.path.join(folder, f"{s}.bin"), dtype), block_size, sources[s]))
+               for s in splits}
+    return Task(name, "lm", vocab_size, block_size, 0, loaders, sources=sources)
 
 
 @task("wikitext103")
 def wikitext103(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **_):
     names = (("train", "train"), ("val", "valid"), ("test", "test"))
+    sources = None
     if data_dir is not None:
-        sub = ["wikitext-103", "wikitext-103-raw"]
-        try:
-            folder = locate("wikitext103", data_dir, "wiki.train.tokens", sub, f"use {WIKITEXT_LAYOUT}")
-            ext = "tokens"
-        except DataError:
-            folder = locate("wikitext103", data_dir, "wiki.train.raw", sub, f"use {WIKITEXT_LAYOUT}")
-            ext = "raw"
-        files = {s: os.path.join(folder, f"wiki.{f}.{ext}") for s, f in names}
-        for p in files.values():
-            if not os.path.isfile(p):
-                raise DataError(f"wikitext103: no {os.path.basename(p)} in {folder}; use {WIKITEXT_LAYOUT}")
-        key = source_key(files.values())
+        layout, sub = f"use {WIKITEXT_LAYOUT}", ["wikitext-103", "wikitext-103-raw"]
+        folder, found = release("wikitext103", data_dir, layout, (), sub, ["wiki.train.tokens", "wiki.train.raw"])
+        ext = "tokens" if found["wiki.train.tokens"] else "raw"
+        _, files = release("wikitext103", folder, layout, [f"wiki.{f}.{ext}" for _, f in names])
+        sources = {s: files[f"wiki.{f}.{ext}"] for s, f in names}
+        key = source_key(sources.values())
 
         def lines(split):
-            with open(files[split], encoding="utf-8") as f:
-                yield from f
+            yield from read_lines(sources[split])
     else:
         key, dd = "hf", []
 
@@ -1885,9 +2113,10 @@ def wikitext103(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2
     folder = os.path.join(cache_dir, "wikitext103", f"{key}-{tokenizer}")
     if not os.path.isdir(folder):
         def build(out):
+            enc = get_tokenizer(tokenizer, "wikitext103") if data_dir is not None else None
             chunks = {split: text_chunks(lines(split)) for split, _ in names}
             first = next(chunks["train"], None)              # the data first: offline, its error is the useful one
-            enc = get_tokenizer(tokenizer, "wikitext103")
+            enc = enc or get_tokenizer(tokenizer, "wikitext103")
             print(f"wikitext103: tokenising with {tokenizer} ...", flush=True)
             for split, _ in names:
                 pieces = chunks[split]
@@ -1898,32 +2127,49 @@ def wikitext103(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2
                                                        "dtype": np.dtype(id_dtype(enc.n_vocab)).name})
 
         cached_dir(folder, build, f"wikitext103: tokenised with {tokenizer}")
-    return lm_bin_task("wikitext103", folder, block_size, ("train", "val", "test"))
+    return lm_bin_task("wikitext103", folder, block_size, [s for s, _ in names], sources)
+
+
+def check_ids(path, dtype, vocab, tokenizer, stamps):
+    """A DataError if the .bin file at path holds an id >= vocab. A file checked once is remembered under
+    `stamps` (by path, size and modification time), so that a large train.bin is read only once."""
+    stamp = os.path.join(stamps, f"{source_key([path])}-{vocab}")
+    if os.path.isfile(stamp):
+        return
+    ids = load_bin(path, dtype)
+    for start in range(0, len(ids), 1 << 26):
+        chunk = ids[start:start + (1 << 26)]
+        if chunk.max() >= vocab:
+            i = int(np.argmax(chunk >= vocab))
+            raise DataError(f"{path} holds id {chunk[i]} (at position {start + i:,}), outside --tokenizer "
+                            f"{tokenizer}'s {vocab:,} ids; nanoGPT's files hold gpt2 ids: use --tokenizer gpt2 (no "
+                            "download needed)")
+    os.makedirs(stamps, exist_ok=True)
+    atomic_write_text(stamp, "")
 
 
 @task("openwebtext")
 def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt2", **_):
     if data_dir is not None:                                 # nanoGPT's prepared files, used where they are
-        folder = locate("openwebtext", data_dir, "train.bin", ["openwebtext", "data/openwebtext"], f"use {OWT_LAYOUT}")
-        if not os.path.isfile(os.path.join(folder, "val.bin")):
-            raise DataError(f"openwebtext: no val.bin beside {os.path.join(folder, 'train.bin')}; use {OWT_LAYOUT}")
-        if os.path.isfile(os.path.join(folder, "meta.json")):
-            return lm_bin_task("openwebtext", folder, block_size, ("train", "val"))
+        folder, files = release("openwebtext", data_dir, f"use {OWT_LAYOUT}", ["train.bin", "val.bin"],
+                                ["openwebtext", "data/openwebtext"], ["meta.json"])
+        sources = {s: files[f"{s}.bin"] for s in ("train", "val")}
+        if files["meta.json"]:
+            return lm_bin_task("openwebtext", folder, block_size, ("train", "val"), sources)
         vocab = 50257 if tokenizer in ("gpt2", "r50k_base") else get_tokenizer(tokenizer, "openwebtext").n_vocab
-        dtype = id_dtype(vocab)
-        for s in ("train", "val"):
-            size = os.path.getsize(os.path.join(folder, f"{s}.bin"))
-            if size == 0 or size % np.dtype(dtype).itemsize:
-                raise DataError(f"openwebtext: {os.path.join(folder, s + '.bin')} is empty or not a file of "
-                                f"{np.dtype(dtype).name} ids; use {OWT_LAYOUT}")
-        top = int(load_bin(os.path.join(folder, "val.bin"), dtype).max())   # val.bin is small
-        if top >= vocab:                                     # e.g. gpt2 ids read with --tokenizer byte
-            raise DataError(f"openwebtext: {os.path.join(folder, 'val.bin')} holds id {top}, outside --tokenizer "
-                            f"{tokenizer}'s {vocab:,} ids; nanoGPT's files hold gpt2 ids: use --tokenizer gpt2 "
-                            "(no download needed for them)")
-        loaders = {s: (lambda p=os.path.join(folder, f"{s}.bin"): LMSplit(load_bin(p, dtype), block_size))
-                   for s in ("train", "val")}
-        return Task("openwebtext", "lm", vocab, block_size, 0, loaders)
+        dtype = np.dtype(id_dtype(vocab))
+        for path in sources.values():
+            size = os.path.getsize(path)
+            if size == 0 or size % dtype.itemsize:
+                raise DataError(f"openwebtext: {path} is empty or not a file of {dtype.name} ids; use {OWT_LAYOUT}")
+
+        def load(s):                                         # train.bin is checked when it is used
+            with reading(sources[s]):
+                check_ids(sources[s], dtype, vocab, tokenizer, os.path.join(cache_dir, "openwebtext", "checked"))
+                return LMSplit(load_bin(sources[s], dtype), block_size, sources[s])
+        load("val")                                          # small: a wrong --tokenizer fails at once
+        return Task("openwebtext", "lm", vocab, block_size, 0, {s: (lambda s=s: load(s)) for s in sources},
+                    sources=sources)
     folder = os.path.join(cache_dir, "openwebtext", f"hf-{tokenizer}")
     if not os.path.isdir(folder):
         def build(out):
@@ -1950,23 +2196,24 @@ def textfile(cache_dir="data", data_dir=None, block_size=256, tokenizer="gpt2", 
              "or gpt2 (the default) / another tiktoken encoding")
     if data_dir is None:
         raise DataError(f"textfile: no text given; {usage}")
-    if os.path.isfile(data_dir):
-        files = [data_dir]
-    elif os.path.isdir(data_dir):
-        files = sorted(glob.glob(os.path.join(data_dir, "*.txt")))
+    if os.path.isdir(data_dir):
+        files = sorted(glob.glob(os.path.join(glob.escape(data_dir), "*.txt")))
+        if not files:
+            raise DataError(f"textfile: no .txt file in --data_dir {data_dir}; {usage}")
+    elif file_problem(data_dir):
+        raise DataError(f"textfile: --data_dir {data_dir} {file_problem(data_dir)}; {usage}")
     else:
-        files = []
-    if not files:
-        raise DataError(f"textfile: no text file at --data_dir {data_dir}; {usage}")
-    folder = os.path.join(cache_dir, "textfile", f"{source_key(files)}-{tokenizer}")
+        files = [data_dir]
+    key = source_key(files)
+    where = data_dir if len(files) == 1 else f"the {len(files)} .txt files of {data_dir}"
+    sources = {"train": f"{where} (its first 90%, the train split)", "val": f"{where} (its last 10%, the val split)"}
+    folder = os.path.join(cache_dir, "textfile", f"{key}-{tokenizer}")
     if not os.path.isdir(folder):
         def build(out):
-            parts = []
-            for p in files:
-                with open(p, encoding="utf-8", errors="replace") as f:
-                    parts.append(f.read())
-            text = "".join(parts)
             enc = None if tokenizer == "char" else get_tokenizer(tokenizer, "textfile")
+            text = "".join(read_text(p) for p in files)
+            if not text:
+                raise DataError(f"textfile: {where} holds no text")
             if enc is None:
                 codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
                 chars, ids = np.unique(codes, return_inverse=True)
@@ -1984,7 +2231,7 @@ def textfile(cache_dir="data", data_dir=None, block_size=256, tokenizer="gpt2", 
             save_json(os.path.join(out, "meta.json"), {**meta, "vocab_size": vocab, "dtype": ids.dtype.name})
 
         cached_dir(folder, build, f"textfile: {len(files)} file(s) tokenised with {tokenizer}")
-    return lm_bin_task("textfile", folder, block_size, ("train", "val"))
+    return lm_bin_task("textfile", folder, block_size, ("train", "val"), sources)
 
 
 # the order in which train.py --help lists them: LRA's five, then the short texts, then language modelling

@@ -2,7 +2,7 @@
 DiffEqFormer: a transformer as a neural ODE in depth t whose weights are functions of t.
 
 Paper: Tong, Nguyen-Tang, Lee, Tran, Choi, "Neural ODE Transformers: Analyzing Internal Dynamics and
-Adaptive Fine-tuning" (ICLR 2025). The paper text lost its formulas; ../shared/notes/diffeqformer-equations.md
+Adaptive Fine-tuning" (ICLR 2025). The paper text lost its formulas; docs/diffeqformer.md
 restates them and the equation numbers below are the paper's. Row-vector convention: a token is a row
 x in R^D, a sequence X in R^{N x D}, and t in [0, 1] is depth.
 

@@ -168,8 +168,8 @@ HELDOUT_EVAL = (("held-out trees (second generator)", f"--eval_only --data_dir {
 
 # SimpleTRON §5.3 at CPU scale: a BERT-architecture checkpoint (all-MiniLM-L6-v2) fine-tuned with softmax attention,
 # its weights in SimpleTRON fine-tuned, and both attentions from scratch at the same shape; {BERT} is --bert_dir.
-AGNEWS = ("--task agnews --block_size 96 --batch_size 16 --max_iters 200 --warmup 20 --schedule cosine --min_lr 0 "
-          "--weight_decay 0.01 --dropout 0.1 --eval_interval 200 --eval_iters 10")
+AGNEWS = ("--task agnews --block_size 64 --batch_size 16 --max_iters 100 --warmup 10 --schedule cosine --min_lr 0 "
+          "--weight_decay 0.01 --dropout 0.1 --eval_interval 100 --eval_iters 10")
 BERT_SHAPE = ("--tokenizer {BERT} --n_layer 6 --n_head 12 --n_embd 384 --mlp_hidden 1536 --variant vanilla "
               "--emb_norm true --final_norm false --learned_cls false --layer_norm_eps 1e-12")
 
@@ -194,8 +194,8 @@ TABLES = {
          Row("DiffEqFormer (2 Euler steps, encoder)", "--model diffeqformer --n_head 4 --time_dim 8", HELDOUT_EVAL)],
         listops_rules, prepare=listops_small_heldout),
     "agnews": Table(
-        "AG News from all-MiniLM-L6-v2 (SimpleTRON §5.3): 6 layers, 384 wide, BERT's WordPiece, 96 tokens, batch 16, "
-        "200 steps",
+        "AG News from all-MiniLM-L6-v2 (SimpleTRON §5.3): 6 layers, 384 wide, BERT's WordPiece, 64 tokens, batch 16, "
+        "100 steps",
         AGNEWS,
         [Row("MiniLM fine-tuned (softmax attention: BERT)", "--init_from_bert {BERT} --model softmax --lr 5e-5"),
          Row("MiniLM's weights in SimpleTRON, fine-tuned", "--init_from_bert {BERT} --model simpletron --lr 1e-4"),

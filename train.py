@@ -24,9 +24,11 @@ import importlib
 import json
 import math
 import os
+import pickle
 import re
 import sys
 import time
+import warnings
 
 import numpy as np
 import torch
@@ -329,13 +331,112 @@ def resolve(args, given, config_names, preset=None):
     return overrides
 
 
-def load_checkpoint(path):
-    if not os.path.isfile(path):
-        raise UsageError(f"no checkpoint at {path}")
+# What every flag and Config field allows, checked before any data is read: name -> (test, what is allowed).
+# Floats must also be finite. Fields that a model's Config checks itself (choices, n_embd % n_head) are left to it.
+AT_LEAST = {n: (lambda v, lo=lo: isinstance(v, int) and v >= lo, f"an integer >= {lo}") for lo, names in (
+    (0, ("warmup", "short_steps", "lora_rank", "lora_r")),
+    (1, ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval", "short_len", "steps",
+         "lr_decay_iters", "n_train", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio", "n_experts",
+         "time_dim", "time_freqs")),
+    (2, ("vocab_size", "n_classes"))) for n in names}
+LIMITS = {
+    **AT_LEAST,
+    "seed": (lambda v: 0 <= v < 2**32, "an integer from 0 to 2**32 - 1"),
+    "lr": (lambda v: v >= 0, "a number >= 0"),
+    "eps": (lambda v: v > 0, "a number > 0"),
+    "lora_alpha": (lambda v: v > 0, "a number > 0"),
+    "time_limit": (lambda v: v > 0, "a number of minutes > 0"),
+    "min_lr": (lambda v: 0 <= v <= 1, "a fraction of lr from 0 to 1"),
+    "beta1": (lambda v: 0 <= v < 1, "a number from 0 to 1 (1 excluded)"),
+    "beta2": (lambda v: 0 <= v < 1, "a number from 0 to 1 (1 excluded)"),
+    "dropout": (lambda v: 0 <= v < 1, "a probability from 0 to 1 (1 excluded)"),
+    **{n: (lambda v: v >= 0, "a number >= 0") for n in ("weight_decay", "grad_clip", "gate_lr_scale",
+                                                          "sigma_loss_weight")},
+    "schedule": (lambda v: v in ("rsqrt", "cosine"), "rsqrt or cosine"),
+    "device": (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v), "auto, cpu, cuda, cuda:N or mps"),
+    **{n: (lambda v: v.strip() != "", "a path") for n in ("out_dir", "data_dir", "cache_dir", "init_from",
+                                                            "transfer_from")},
+}
+
+
+def check_value(name, value):
+    """A UsageError naming the flag (or Config field), its value and what is allowed, if the value is bad."""
+    test, allowed = LIMITS.get(name, (lambda v: True, "a finite number"))
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise UsageError(f"{path} is not a readable checkpoint ({type(e).__name__}: {e})") from None
+        ok = value is None or (not isinstance(value, float) or math.isfinite(value)) and bool(test(value))
+    except TypeError:                                        # e.g. a string where a checkpoint should have a number
+        ok = False
+    if not ok:
+        raise UsageError(f"--{name} {value if value != '' else repr(value)}: allowed is {allowed}")
+
+
+def check_args(args):
+    """Every flag of train.py, checked before any data is read: one line naming the flag, its value and what
+    is allowed. Also: the device exists, the folders can be made, and flags that need another are given."""
+    for name, *_ in FLAGS:
+        check_value(name, getattr(args, name))
+    if args.schedule == "rsqrt" and args.warmup < 1:
+        raise UsageError(f"--warmup {args.warmup}: the rsqrt schedule divides by it, allowed is an integer >= 1")
+    if args.device.startswith("cuda"):
+        index = int(args.device.partition(":")[2] or 0)
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise UsageError(f"--device {args.device}: no such CUDA device here ({torch.cuda.device_count()} GPUs); "
+                             "use --device cpu (or auto)")
+    if args.device == "mps" and not torch.backends.mps.is_available():
+        raise UsageError("--device mps: Apple's MPS is not available here; use --device cpu (or auto)")
+    data.check_tokenizer(args.tokenizer, args.task)
+    for flag in ("out_dir", "cache_dir"):                    # folders this run writes
+        path = os.path.abspath(getattr(args, flag))
+        while not os.path.exists(path):
+            path = os.path.dirname(path)
+        if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"--{flag} {getattr(args, flag)}: {path} is not a folder this run can write in")
+    if args.eval_only and not args.init_from:
+        raise UsageError("--eval_only needs --init_from CKPT, the checkpoint to evaluate")
+    if (args.steps is not None or args.lora_rank) and not (args.init_from or args.resume):
+        raise UsageError("--steps N [--lora_rank r] needs --init_from CKPT, a checkpoint of the DiffEqFormer ODE")
+    if args.transfer_from and args.model != "softmax":
+        raise UsageError(f"--transfer_from copies a SimpleTRON's attention into --model softmax, not {args.model}")
+    if args.transfer_from and data.file_problem(args.transfer_from):
+        raise UsageError(f"--transfer_from {args.transfer_from} {data.file_problem(args.transfer_from)}")
+
+
+def check_config(config_dict):
+    """The model's settings (flags, preset or a checkpoint's), checked before any data is read."""
+    for name, value in config_dict.items():
+        check_value(name, value)
+
+
+def load_checkpoint(path, need=()):
+    """A train.py checkpoint, read with weights_only=True (tensors and plain values only), or a one-line
+    UsageError that says what is wrong with the file. `need`: keys a --resume needs beyond the weights."""
+    problem = data.file_problem(path)
+    if problem:
+        raise UsageError(f"no checkpoint at {path}" if problem == "does not exist" else f"checkpoint {path} {problem}")
+    try:
+        with warnings.catch_warnings():                     # torch warns about the pickle protocol of foreign files
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:                                   # torch's message is not passed on: it names an unsafe way
+        why = ("it holds Python objects other than tensors and plain values, which are not loaded"
+               if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e)
+               else "truncated, damaged, or not written by torch.save")
+        raise UsageError(f"{path} is not a readable train.py checkpoint ({why})") from None
+    keys = ("model_name", "config", "model", "args", *need)
+    if not (isinstance(ckpt, dict) and all(k in ckpt for k in keys) and ckpt["model_name"] in MODELS
+            and all(isinstance(ckpt[k], dict) for k in ("config", "model", "args"))
+            and isinstance(ckpt["args"].get("task"), str)):
+        raise UsageError(f"{path} is not a train.py checkpoint (it needs {', '.join(keys)}, with a model of: "
+                         f"{', '.join(MODELS)})")
+    return ckpt
+
+
+def load_weights(model, state, path):
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, ValueError) as e:
+        first = [line.strip() for line in str(e).splitlines() if line.strip()][:2]   # torch: a title, then the first
+        raise UsageError(f"{path}: its weights do not fit the model ({data.one_line(' '.join(first), 200)})") from None
 
 
 def read_bert(args, given):
@@ -417,7 +518,7 @@ def build_model(model_name, config_dict):
 
 
 def save_checkpoint(path, state):
-    tmp = path + ".tmp"
+    tmp = data.temp_path(path)                               # what a killed write leaves, the next run removes
     torch.save(state, tmp)
     os.replace(tmp, path)                                    # atomic: a crash never leaves half a file
 
@@ -573,7 +674,8 @@ def unused_parameters(model, x, y, autocast):
 
 
 def fmt(metrics):
-    return " | ".join(f"{k} {v:.4f}" if isinstance(v, float) else f"{k} {v}" for k, v in metrics.items())
+    return " | ".join((f"{k} {v:.4f}" if v == 0 or abs(v) >= 1e-3 else f"{k} {v:.3g}") if isinstance(v, float)
+                      else f"{k} {v}" for k, v in metrics.items())
 
 
 def main(argv=None):
@@ -595,7 +697,7 @@ def main(argv=None):
     if args.resume:                                          # the run's own flags, updated by the given ones
         if args.out_dir is None:
             raise UsageError("--resume needs --out_dir, the folder of the run to continue")
-        ckpt = load_checkpoint(os.path.join(args.out_dir, "ckpt.pt"))
+        ckpt = load_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), need=("optimizer", "iter"))
         for k, v in ckpt["args"].items():
             if k not in given:
                 setattr(args, k, v)
@@ -614,6 +716,7 @@ def main(argv=None):
                              "and ckpt.pt this run would overwrite: choose another --out_dir")
     args.out_dir = args.out_dir or os.path.join("out", f"{args.model}-{args.task}")
 
+    check_args(args)                                         # every flag, before any data is read
     if args.device == "auto":
         args.device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
     device = args.device
@@ -635,12 +738,15 @@ def main(argv=None):
         config_dict = {**source["config"], **{k: v for k, v in overrides.items() if k in given}}
     else:
         config_dict = dict(MODELS[args.model][1], **overrides)
+    check_config(config_dict)
     make_config(args.model, config_dict)                     # bad settings fail before any data is loaded
+    data.remove_stale_temps(args.out_dir)                    # what a killed checkpoint write left
 
     def load_data():
         task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
                               tokenizer=args.tokenizer, **{k: getattr(args, k) for k in LISTOPS_FLAGS},
                               **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
+        task.open(training=not args.eval_only)               # every split the run uses, loaded and checked now
         for name in ("train", "val", "test") if dist.on else ():   # torchrun: every split made and cached now
             if task.has(name) and not (name == "train" and args.eval_only):
                 split = task.split(name)
@@ -667,7 +773,7 @@ def main(argv=None):
     else:
         model = build_model(args.model, config_dict)
     if source is not None:
-        model.load_state_dict(source["model"])
+        load_weights(model, source["model"], args.init_from)
     if (args.steps is not None or args.lora_rank) and ckpt is None:   # DiffEqFormer's adaptive fine-tuning (6.2)
         if source is None or args.steps is None or not hasattr(model, "discretize") or model.config.discrete:
             raise UsageError("--steps N [--lora_rank r --lora_alpha a] needs --init_from CKPT, a checkpoint of the "
@@ -684,10 +790,14 @@ def main(argv=None):
         import simpletron
         simple = load_checkpoint(args.transfer_from)
         trained = build_model(simple["model_name"], simple["config"])
-        trained.load_state_dict(simple["model"])
-        simpletron.transfer_attention(trained, model)
+        load_weights(trained, simple["model"], args.transfer_from)
+        try:
+            simpletron.transfer_attention(trained, model)
+        except (RuntimeError, ValueError, AttributeError) as e:
+            raise UsageError(f"--transfer_from {args.transfer_from}: its attention does not fit this model "
+                             f"({data.one_line(str(e).splitlines()[0], 150)})") from None
     if ckpt is not None:
-        model.load_state_dict(ckpt["model"])
+        load_weights(model, ckpt["model"], os.path.join(args.out_dir, "ckpt.pt"))
     model.to(device)
     config_dict = dataclasses.asdict(model.config)
     run_args = {name: getattr(args, name) for name, *_ in FLAGS}
@@ -848,6 +958,10 @@ if __name__ == "__main__":
     except (UsageError, data.DataError) as e:
         if int(os.environ.get("LOCAL_RANK", 0)) == 0:       # ... but for an error: once on each machine
             print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    except (MemoryError, torch.OutOfMemoryError) as e:
+        print(f"error: out of memory ({data.one_line(e, 100)}): use a smaller --batch_size, --block_size or model",
+              file=sys.stderr)
         sys.exit(2)
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

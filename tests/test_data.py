@@ -40,13 +40,20 @@ def hf(monkeypatch):
 
 @pytest.fixture
 def offline(monkeypatch, tmp_path):
-    """No network, whatever this machine has: every probe fails; empty tiktoken and Hugging Face caches."""
+    """No network, whatever this machine has: every probe fails; empty tiktoken and Hugging Face caches. (The
+    libraries read HF_HUB_OFFLINE when imported, which this test process did already: their settings are set
+    here as data.hf_dataset's environment variables set them in a fresh process.)"""
     import datasets.config
     import huggingface_hub.constants
     monkeypatch.setattr(data, "reachable", lambda *a, **k: False)
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "hf" / "datasets"))
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    for module, name in ((datasets.config, "HF_HUB_OFFLINE"), (datasets.config, "HF_DATASETS_OFFLINE"),
+                         (huggingface_hub.constants, "HF_HUB_OFFLINE")):
+        monkeypatch.setattr(module, name, True)
     import tiktoken.registry                                  # forget encodings loaded earlier in this process
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
 
@@ -418,7 +425,7 @@ def test_agnews_csv(tmp_path, capsys):
     first = bytes(v - 1 for v in x[0].tolist() if v).decode()
     assert first == 'Title 0, with comma Desc "0" \\ more'                 # title + " " + description
     assert batch_of(task.split("test"))[1].tolist() == [3, 0]
-    # a folder with test.csv only (as ../shared/data/ag_news): first 80% (at most 6,000) train, rest test
+    # a folder with test.csv only (the AG News test split alone): first 80% (at most 6,000) train, rest test
     only = write_agnews(tmp_path / "only", None, train_rows)
     task = data.load_task("agnews", cache_dir=tmp_path / "c", data_dir=str(only), tokenizer="byte")
     assert len(task.split("train")) == 9 and len(task.split("test")) == 3 and len(task.split("val")) == 3
@@ -583,28 +590,30 @@ def test_textfile_chars_and_bytes(tmp_path):
 # Missing data and no network: one line, at once
 
 def test_hf_dataset_offline_mode_and_parquet_fallback(monkeypatch):
+    """Offline, hf_dataset sets the libraries' own switches (HF_HUB_OFFLINE, HF_DATASETS_OFFLINE) before
+    datasets.load_dataset; online, a dataset with a loading script is read from the parquet conversion."""
     import datasets
     calls = []
 
     def load_dataset(path, name=None, **kw):
-        calls.append((path, name, kw, datasets.config.HF_HUB_OFFLINE))
+        calls.append((path, name, kw, os.environ.get("HF_HUB_OFFLINE"), os.environ.get("HF_DATASETS_OFFLINE")))
         if "revision" not in kw:
             raise RuntimeError("Dataset scripts are no longer supported, but found ptb_text_only.py")
         return "parquet"
 
     monkeypatch.setattr(datasets, "load_dataset", load_dataset)
-    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
-    before = datasets.config.HF_HUB_OFFLINE
+    for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
+        monkeypatch.setenv(name, "0")                         # restored after the test, whatever happens
+        monkeypatch.delenv(name)
     monkeypatch.setattr(data, "reachable", lambda *a, **k: True)          # online: the script fallback
     assert data.hf_dataset("p/d", "cfg", parquet_dir="cfg") == "parquet"
-    assert calls == [("p/d", "cfg", {}, before),
-                     ("p/d", None, {"revision": "refs/convert/parquet", "data_dir": "cfg"}, before)]
+    assert calls == [("p/d", "cfg", {}, None, None),
+                     ("p/d", None, {"revision": "refs/convert/parquet", "data_dir": "cfg"}, None, None)]
     calls.clear()
     monkeypatch.setattr(data, "reachable", lambda *a, **k: False)         # offline: the cache only, once
     with pytest.raises(data.DataError, match="no network and not in the Hugging Face cache"):
         data.hf_dataset("p/d", "cfg", parquet_dir="cfg")
-    assert calls == [("p/d", "cfg", {}, True)] and datasets.config.HF_HUB_OFFLINE == before
+    assert calls == [("p/d", "cfg", {}, "1", "1")]
 
 
 @pytest.mark.parametrize("name,layout", [("text", "aclImdb"), ("image", "cifar-10-batches-py"),

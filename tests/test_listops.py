@@ -469,14 +469,14 @@ def test_unreadable_files_name_the_file_and_what_to_do(tmp_path):
 
 def test_data_dir_errors_say_what_to_do(tmp_path):
     (tmp_path / "basic_test.tsv").mkdir()                    # a folder where the file should be
-    with pytest.raises(data.DataError, match="basic_test.tsv is a folder .*LRA's ListOps rows"):
+    with pytest.raises(data.DataError, match="basic_test.tsv is a folder, not a file; it should hold LRA's basic_train.tsv"):
         data.load_task("listops", data_dir=str(tmp_path), cache_dir=str(tmp_path / "c"))
     cache = tmp_path / "gen"
     (cache / "listops" / "basic_val.tsv").mkdir(parents=True)
     with pytest.raises(data.DataError, match=r"basic_val.tsv is a folder .*delete .*listops and the next run"):
         data.load_task("listops", cache_dir=str(cache))
     (tmp_path / "empty").mkdir()
-    with pytest.raises(data.DataError, match="no basic_train.tsv, basic_val.tsv or basic_test.tsv"):
+    with pytest.raises(data.DataError, match="holds no basic_train.tsv or basic_val.tsv or basic_test.tsv"):
         data.load_task("listops", data_dir=str(tmp_path / "empty"))
 
 
