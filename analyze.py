@@ -879,7 +879,7 @@ def make_steps(model, batch, length, vocab, head, device):
          else torch.randint(0, 10, (batch,), generator=g)).to(device)
     # train.py's AdamW (decay on matrices and embeddings only: nanoGPT's groups too), nanoGPT's CPU betas
     opt = train.make_optimizer(model, types.SimpleNamespace(weight_decay=0.1, lr=1e-3, beta1=0.9, beta2=0.99,
-                                                            eps=1e-8), device)
+                                                            eps=1e-8, gate_lr_scale=30.0), device)
 
     def train_step():
         model.train()
