@@ -229,6 +229,10 @@ def test_householder_qr_by_hand():
     Q, R = analyze.householder_qr(torch.tensor([[-3.0], [0.0], [4.0]], dtype=F64))
     torch.testing.assert_close(R, torch.tensor([[5.0]], dtype=F64), rtol=0, atol=1e-14)
     torch.testing.assert_close(Q, torch.tensor([[-0.6], [0.0], [0.8]], dtype=F64), rtol=0, atol=1e-14)
+    # x_0 = 0 counts as positive: reflected onto -|x| e_1
+    Q, R = analyze.householder_qr(torch.tensor([[0.0], [3.0], [4.0]], dtype=F64))
+    torch.testing.assert_close(R, torch.tensor([[-5.0]], dtype=F64), rtol=0, atol=1e-14)
+    torch.testing.assert_close(Q, torch.tensor([[0.0], [-0.6], [-0.8]], dtype=F64), rtol=0, atol=1e-14)
     # a column that is zero below the diagonal needs no reflection (no division by zero)
     Q, R = analyze.householder_qr(torch.tensor([[2.0, 1.0], [0.0, 0.0]], dtype=F64))
     torch.testing.assert_close(R, torch.tensor([[-2.0, -1.0], [0.0, 0.0]], dtype=F64), rtol=0, atol=1e-14)

@@ -540,8 +540,12 @@ def test_lora_starts_unchanged_and_trains_only_lora_and_embeddings():
 
 
 def test_config_validation():
+    for good in (dict(time_freqs=1, time_dim=1, n_layer=1), dict(style="llama", n_embd=8, n_head=2),
+                 dict(n_embd=6, n_head=2), dict(discrete=True, lora_r=1)):          # odd head size: fine without RoPE
+        tiny(**good)
     for bad in (dict(style="bert"), dict(weights="tied"), dict(method="rk45"), dict(n_embd=10, n_head=4),
-                dict(lora_r=2), dict(discrete=True, method="rk4"), dict(time_dim=0)):
+                dict(lora_r=2), dict(discrete=True, method="rk4"), dict(time_dim=0), dict(time_freqs=0), dict(n_layer=0),
+                dict(style="llama", n_embd=6, n_head=2), dict(head="seq"), dict(lora_r=-1, discrete=True)):
         with pytest.raises(ValueError):
             tiny(**bad)
 
@@ -746,6 +750,7 @@ def test_lora_forward_uses_the_scale():
     m = model_of(everything=True)
     lo = m.discretize(3).with_lora(2, alpha=3.0)
     assert lo.config.lora_scale == 1.5
+    assert not lo.training and m.discretize(3).train().with_lora(2, 3.0).training   # the mode carries over
     with torch.no_grad():
         for name, p in lo.named_parameters():
             if "lora_B" in name:
@@ -860,6 +865,8 @@ def test_attention_weights_times_and_grid():
         for key, ref in (("q", Wqkv[:D].T), ("k", Wqkv[D:2 * D].T), ("v", Wqkv[2 * D:].T), ("o", Wo.T)):
             torch.testing.assert_close(W[key], ref, rtol=1e-12, atol=1e-12)
     assert m.times() == pytest.approx([1 / 3, 2 / 3, 1.0]) and m.dt() == pytest.approx(1 / 3)
+    for method in ("midpoint", "rk4"):                                        # the Euler grid, whatever the solver
+        assert model_of(perturb=False, method=method, n_layer=4).times() == pytest.approx([0.25, 0.5, 0.75, 1.0])
     d = m.discretize(4)
     X = torch.randn(1, 4, D, dtype=F64)
     for k, t in enumerate(d.times()):                                          # f_k of the grid at t_{k+1}

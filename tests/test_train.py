@@ -304,6 +304,15 @@ def test_grad_accum_is_a_bigger_batch(lra, tmp_path):
     assert a[1] != a[2]                                      # each step draws other examples
 
 
+def test_each_step_and_seed_draws_its_own_examples(lra, tmp_path):
+    # lr ~ 1e-12 (a warm-up of 1e9 steps): the weights stay put, so the loss of a step tells its examples apart
+    frozen = ["--data_dir", lra, *LINEAR, "--batch_size", "8", "--max_iters", "3", "--warmup", "1000000000"]
+    run(*frozen, "--out_dir", tmp_path / "s0")
+    run(*frozen, "--seed", "1", "--out_dir", tmp_path / "s1")
+    a, b = losses(tmp_path / "s0"), losses(tmp_path / "s1")
+    assert len({a[1], a[2], a[3]}) == 3 and a[1] != b[1]
+
+
 def test_gradient_clipping_scales_the_update_to_the_clip_norm(lra, tmp_path):
     # one step from the same initialisation: with clip c the gradient has norm c, so the update has norm
     # lr c / eps (Adam with eps >> |g|); without clipping it points the same way and is longer
