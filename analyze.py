@@ -855,13 +855,20 @@ def count_flops(fn):
     return counter.get_total_flops()
 
 
+# the models of train.py, and the softmax Transformer with its attention scores written out (TransJect's Table 4)
+SPEED_MODELS = {**train.MODELS, "softmax_naive": ("simpletron", {"attention": "softmax_naive", "variant": "vanilla"})}
+
+
 def speed_model(name, length, args, **extra):
-    """The model `name` of train.py with the benchmark's shape (fields a model lacks are left out)."""
-    fields = {f.name for f in dataclasses.fields(train.model_module(name).Config)}
-    cfg = dict(train.MODELS[name][1], vocab_size=args.vocab, block_size=length, n_layer=args.n_layer, n_head=args.n_head,
+    """The model `name` of SPEED_MODELS with the benchmark's shape (fields a model lacks are left out)."""
+    fields = {f.name for f in dataclasses.fields(train.model_module(SPEED_MODELS[name][0]).Config)}
+    cfg = dict(SPEED_MODELS[name][1], vocab_size=args.vocab, block_size=length, n_layer=args.n_layer, n_head=args.n_head,
                n_embd=args.n_embd, dropout=0.0, bias=True, head=args.head, n_classes=10, **extra)
     if args.time_dim:
         cfg["time_dim"] = args.time_dim
+    if name == "softmax_naive":
+        return train.model_module("simpletron").Model(train.model_module("simpletron").Config(
+            **{k: v for k, v in cfg.items() if k in fields}))
     return train.build_model(name, {k: v for k, v in cfg.items() if k in fields})
 
 
@@ -897,7 +904,7 @@ def make_steps(model, batch, length, vocab, head, device):
          else torch.randint(0, 10, (batch,), generator=g)).to(device)
     # train.py's AdamW (decay on matrices and embeddings only: nanoGPT's groups too), nanoGPT's CPU betas
     opt = train.make_optimizer(model, types.SimpleNamespace(weight_decay=0.1, lr=1e-3, beta1=0.9, beta2=0.99,
-                                                            eps=1e-8, gate_lr_scale=1.0), device)
+                                                            eps=1e-8, gate_lr_scale=30.0), device)
 
     def train_step():
         model.train()
@@ -977,9 +984,9 @@ def cmd_speed(args):
     device = args.device if args.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     models = [m.strip() for m in args.models.split(",") if m.strip()] if not args.compare_only else []
     for m in models:
-        if m not in train.MODELS and m not in ATTENTION:
-            raise UsageError(f"unknown model {m!r} in --models; choose from {', '.join([*train.MODELS, *ATTENTION])}")
-        train.model_module(train.MODELS[m][0] if m in train.MODELS else "simpletron")  # UsageError if absent
+        if m not in SPEED_MODELS and m not in ATTENTION:
+            raise UsageError(f"unknown model {m!r} in --models; choose from {', '.join([*SPEED_MODELS, *ATTENTION])}")
+        train.model_module(SPEED_MODELS[m][0] if m in SPEED_MODELS else "simpletron")  # UsageError if absent
     try:
         lengths = [int(v) for v in args.lengths.split(",") if v.strip()] if not args.compare_only else []
     except ValueError:
@@ -1017,7 +1024,7 @@ def _speed(args, device, models, lengths, nano):
                 model = speed_model(m, L, args).to(device)
                 steps = make_steps(model, args.batch, L, args.vocab, args.head, device)
                 params = sum(p.numel() for p in model.parameters())
-            for mode in ("train", "infer"):
+            for mode in ("infer",) if args.infer_only else ("train", "infer"):
                 configs.append(({"model": m, "length": L, "mode": mode, "batch": args.batch, "params": params},
                                 steps, mode))
             if args.checkpointing and m not in ATTENTION:    # the same weights, every block recomputed
@@ -1032,7 +1039,7 @@ def _speed(args, device, models, lengths, nano):
                                              n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0,
                                              bias=c["bias"], head="lm", norm="pre")).to(device)
     # the comparison with nanoGPT runs unless this is generation alone (--generate --lengths '')
-    pair = [("softmax", ours)] if lengths or nano is not None or not args.generate else []
+    pair = [("softmax", ours)] if (lengths or nano is not None or not args.generate) and not args.infer_only else []
     if nano is not None:
         with contextlib.redirect_stdout(open(os.devnull, "w")):
             theirs = nano.GPT(nano.GPTConfig(block_size=c["block_size"], vocab_size=c["vocab"], n_layer=c["n_layer"],
@@ -1398,6 +1405,8 @@ def parse(argv):
     sp.add_argument("--clock", default="wall", help="wall (elapsed) or cpu (CPU time of the process: with "
                     "--threads 1, robust to other programs sharing the CPU)")
     sp.add_argument("--nanogpt", help="path of karpathy/nanoGPT's model.py, outside this project")
+    sp.add_argument("--infer_only", action="store_true", help="only the inference forward of each model (no training "
+                    "step, no nanoGPT comparison): TransJect's Table 4 with --models transject,softmax,softmax_naive")
     sp.add_argument("--compare_only", action="store_true", help="only our GPT vs nanoGPT at nanoGPT's CPU config")
     sp.add_argument("--generate", action="store_true", help="also measure generation: ms per new token against the "
                     "context length (with --lengths '': generation alone)")

@@ -67,7 +67,8 @@ class Config:
     head: str = "cls"         # "cls": one sequence -> class, "match": a pair -> class, "lm": next token
     n_classes: int = 10       # cls/match only
     # this model's own fields
-    attention: str = "simple"  # "simple" (SimpleTRON) or "softmax" (vanilla Transformer / GPT)
+    attention: str = "simple"  # "simple" (SimpleTRON), "softmax" (vanilla Transformer / GPT) or "softmax_naive"
+                               # (the same with its L x L scores written out: the naive baseline of speed tables)
     variant: str = "res"       # "simple" | "res" | "resl" (Table 1) | "vanilla" (ordinary block)
     norm: str = "post"         # "post": LayerNorm after each residual sum (Transformer/BERT, the paper's
                                # Fig. 4); "pre": LayerNorm before each sublayer (GPT-2, nanoGPT);
@@ -85,7 +86,7 @@ class Config:
     checkpointing: bool = False  # recompute each block in the backward pass instead of storing its activations
 
     def __post_init__(self):
-        choices = dict(head=("cls", "match", "lm"), attention=("simple", "softmax"),
+        choices = dict(head=("cls", "match", "lm"), attention=("simple", "softmax", "softmax_naive"),
                        variant=("simple", "res", "resl", "vanilla"), norm=("post", "pre", "rezero"))
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -189,7 +190,7 @@ class SelfAttention(nn.Module):
         self.qkv = Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
         self.qkv.requires_grad_(not config.freeze_qkv)
         # the optional output linear W after the concatenated heads
-        has_out = config.variant in ("resl", "vanilla") or config.attention == "softmax"
+        has_out = config.variant in ("resl", "vanilla") or config.attention != "simple"
         self.out = Linear(config.n_embd, config.n_embd, bias=config.bias) if has_out else nn.Identity()
         self.drop = nn.Dropout(config.dropout)
 
@@ -199,6 +200,8 @@ class SelfAttention(nn.Module):
                    for z in self.qkv(x).split(D, dim=2))
         if self.kind == "softmax":
             y = softmax_attention(q, k, v, mask, self.causal)
+        elif self.kind == "softmax_naive":                  # the same numbers, O(L^2) memory
+            y = softmax_attention_reference(q, k, v, mask, self.causal)
         elif self.causal:
             y = causal_simple_attention(q, k, v)
         else:
@@ -413,7 +416,7 @@ def attention_step(attn, x, cache, w, t0, capacity):
     B, T, D = x.shape
     q, k, v = (z.view(B, T, attn.n_head, D // attn.n_head).transpose(1, 2)   # (B, H, T, d) each
                for z in w["qkv"](x).split(D, dim=2))
-    if attn.kind == "softmax":                               # the KV cache
+    if attn.kind != "simple":                                # the KV cache
         if t0 == 0:
             cache["K"] = k.new_empty(*k.shape[:2], capacity, k.shape[-1])   # (B, H, capacity, d)
             cache["V"] = torch.empty_like(cache["K"])

@@ -338,9 +338,10 @@ AT_LEAST = {n: (lambda v, lo=lo: isinstance(v, int) and v >= lo, f"an integer >=
     (1, ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval", "short_len", "steps",
          "lr_decay_iters", "n_train", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio", "n_experts",
          "time_dim", "time_freqs")),
-    (2, ("vocab_size", "n_classes"))) for n in names}
+    (2, ("vocab_size",))) for n in names}
 LIMITS = {
     **AT_LEAST,
+    "n_classes": (lambda v: isinstance(v, int) and (v == 0 or v >= 2), "an integer >= 2 (0: a language model)"),
     "seed": (lambda v: 0 <= v < 2**32, "an integer from 0 to 2**32 - 1"),
     "lr": (lambda v: v >= 0, "a number >= 0"),
     "eps": (lambda v: v > 0, "a number > 0"),

@@ -58,7 +58,7 @@ def test_lyapunov_exponents_of_a_linear_system_are_the_real_parts_of_its_eigenva
     # dx/dt = A x, A = S diag S^-1 non-normal, eigenvalues 0.5, -0.5 +- 2i, -2: exponents 0.5, -0.5, -0.5, -2
     S = random_matrix(4, seed=1)
     A = S @ block_diag_with([0.5, complex(-0.5, 2.0), -2.0]) @ torch.linalg.inv(S)
-    dt, T = 0.01, 200.0
+    dt, T = 0.01, 100.0
     steps = int(T / dt)
     lam = analyze.lyapunov_spectrum((A for _ in range(steps)), dt, qr_every=20).sort(descending=True).values
     # what the Euler steps converge to: log|eig(I + dt A)| / dt, up to the finite-time error
@@ -73,34 +73,10 @@ def test_lyapunov_exponents_of_a_linear_system_are_the_real_parts_of_its_eigenva
 
 def test_reorthonormalising_less_often_gives_the_same_exponents():
     A = random_matrix(5, seed=2) - 1.5 * torch.eye(5, dtype=torch.float64)
-    Js = [A * (1 + 0.5 * math.sin(0.1 * s)) for s in range(300)]           # time-dependent J(t)
+    Js = [A * (1 + 0.5 * math.sin(0.3 * s)) for s in range(100)]           # time-dependent J(t)
     every = analyze.lyapunov_spectrum(Js, 0.01)
     assert torch.allclose(analyze.lyapunov_spectrum(Js, 0.01, qr_every=7), every, atol=1e-10)
     assert torch.allclose(analyze.lyapunov_spectrum(Js, 0.01, k=2), every[:2], atol=1e-10)   # the largest ones
-
-
-def test_token_lyapunov_reads_the_block_of_each_output_input_pair():
-    # f(X)_j = sum_i X_i M_ji (rows): the Jacobian block d f_j / d x_i is M_ji^T
-    N, D = 3, 2
-    M = torch.stack([torch.stack([random_matrix(D, seed=10 * j + i) - (j + 2 * i) * 0.3 * torch.eye(D, dtype=torch.float64)
-                                  for i in range(N)]) for j in range(N)])
-
-    def f(X, t):
-        return torch.einsum("id,jide->je", X, M)
-    dt, steps = 0.01, 200
-    X = torch.randn(N, D, dtype=torch.float64)
-    lam = analyze.token_lyapunov(f, [X] * steps, [k * dt for k in range(steps)], dt)
-    assert lam.shape == (N, N, D)
-    for j in range(N):
-        for i in range(N):
-            ref = analyze.lyapunov_spectrum([M[j, i].T] * steps, dt).sort(descending=True).values
-            assert torch.allclose(lam[j, i], ref, atol=1e-10), (j, i)
-            if i != j:                                      # the pairs are not interchangeable
-                assert not torch.allclose(lam[i, j], ref, atol=1e-3)
-    lam_last = analyze.token_lyapunov(f, [X] * steps, [k * dt for k in range(steps)], dt, k=1, outputs=[N - 1])
-    for i in range(N):                                      # k = 1 follows the first column only
-        ref = analyze.lyapunov_spectrum([M[N - 1, i].T] * steps, dt, k=1)
-        assert torch.allclose(lam_last[0, i], ref, atol=1e-10)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -237,6 +213,286 @@ def test_cluster_number_separates_constant_from_quartic_growth(seed, steps):
 
 
 # ----------------------------------------------------------------------------------------------
+# References written out: QR by hand, Lyapunov exponents of known systems, loops over tokens, heads and pairs
+
+F64 = torch.float64
+
+
+def test_householder_qr_by_hand():
+    # A = [[3, 1], [4, 2]]: x = (3, 4), |x| = 5, reflected onto -5 e_1 (the sign opposite x_0: no cancellation):
+    # H_0 = I - 2 v v^T, v = (8, 4) / |.|, H_0 = [[-0.6, -0.8], [-0.8, 0.6]]; H_0 A = [[-5, -2.2], [0, 0.4]];
+    # then (0.4) -> -0.4 by H_1 = -1: R = [[-5, -2.2], [0, -0.4]], Q = H_0 diag(1, -1) = [[-0.6, 0.8], [-0.8, -0.6]]
+    Q, R = analyze.householder_qr(torch.tensor([[3.0, 1.0], [4.0, 2.0]], dtype=F64))
+    torch.testing.assert_close(R, torch.tensor([[-5.0, -2.2], [0.0, -0.4]], dtype=F64), rtol=0, atol=1e-14)
+    torch.testing.assert_close(Q, torch.tensor([[-0.6, 0.8], [-0.8, -0.6]], dtype=F64), rtol=0, atol=1e-14)
+    # x_0 < 0 is reflected onto +|x| e_1; a tall A (3 x 1) gives a 3 x 1 Q
+    Q, R = analyze.householder_qr(torch.tensor([[-3.0], [0.0], [4.0]], dtype=F64))
+    torch.testing.assert_close(R, torch.tensor([[5.0]], dtype=F64), rtol=0, atol=1e-14)
+    torch.testing.assert_close(Q, torch.tensor([[-0.6], [0.0], [0.8]], dtype=F64), rtol=0, atol=1e-14)
+    # x_0 = 0 counts as positive: reflected onto -|x| e_1
+    Q, R = analyze.householder_qr(torch.tensor([[0.0], [3.0], [4.0]], dtype=F64))
+    torch.testing.assert_close(R, torch.tensor([[-5.0]], dtype=F64), rtol=0, atol=1e-14)
+    torch.testing.assert_close(Q, torch.tensor([[0.0], [-0.6], [-0.8]], dtype=F64), rtol=0, atol=1e-14)
+    # a column that is zero below the diagonal needs no reflection (no division by zero)
+    Q, R = analyze.householder_qr(torch.tensor([[2.0, 1.0], [0.0, 0.0]], dtype=F64))
+    torch.testing.assert_close(R, torch.tensor([[-2.0, -1.0], [0.0, 0.0]], dtype=F64), rtol=0, atol=1e-14)
+    torch.testing.assert_close(Q, torch.tensor([[-1.0, 0.0], [0.0, 1.0]], dtype=F64), rtol=0, atol=1e-14)
+
+
+def test_householder_qr_is_torchs_qr_up_to_signs():
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(3, 6, 4, generator=g, dtype=F64)
+    Q, R = analyze.householder_qr(A)
+    Qt, Rt = torch.linalg.qr(A)
+    s = torch.sign(R.diagonal(dim1=-2, dim2=-1) / Rt.diagonal(dim1=-2, dim2=-1))      # (3, 4) of +-1
+    torch.testing.assert_close(Q, Qt * s[:, None, :], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(R, Rt * s[:, :, None], rtol=1e-12, atol=1e-12)
+    square = torch.randn(5, 5, generator=g, dtype=F64)
+    Q, R = analyze.householder_qr(square)
+    torch.testing.assert_close(Q @ R, square, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(Q.T @ Q, torch.eye(5, dtype=F64), rtol=1e-12, atol=1e-12)
+
+
+def ref_lyapunov(Js, dt, k):
+    """log |diag R| / T of the QR of the first k columns of the product (I + dt J_S) ... (I + dt J_1)."""
+    n = Js[0].shape[-1]
+    P = torch.eye(n, dtype=F64)
+    for J in Js:
+        P = (torch.eye(n, dtype=F64) + dt * J) @ P
+    R = torch.linalg.qr(P[:, :k]).R
+    return R.diagonal().abs().log() / (dt * len(Js))
+
+
+def test_lyapunov_exponents_of_known_systems():
+    dt = 0.1
+    # diagonal J: each axis on its own, lambda_i = log|1 + dt a_i| / dt, in the order of the axes
+    a = [0.3, -1.0, 0.7, -0.2]
+    J = torch.diag(torch.tensor(a, dtype=F64))
+    exact = torch.tensor([math.log(abs(1 + dt * ai)) / dt for ai in a], dtype=F64)
+    for k, qr_every in ((None, 1), (2, 1), (4, 5), (3, 13), (None, 20)):
+        lam = analyze.lyapunov_spectrum([J] * 13, dt, k=k, qr_every=qr_every)
+        torch.testing.assert_close(lam, exact[:k or 4], rtol=1e-12, atol=1e-12)
+    # a rotation with scaling a I + b R_90 in a plane, and a third axis c: I + dt J scales the plane by
+    # s = sqrt((1 + dt a)^2 + (dt b)^2) and turns it; both plane exponents are log s / dt
+    J = torch.tensor([[0.5, -2.0, 0.0], [2.0, 0.5, 0.0], [0.0, 0.0, -0.4]], dtype=F64)
+    s = math.log(math.hypot(1 + dt * 0.5, dt * 2.0)) / dt
+    lam = analyze.lyapunov_spectrum([J] * 9, dt)
+    torch.testing.assert_close(lam, torch.tensor([s, s, math.log(1 - dt * 0.4) / dt], dtype=F64), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError):
+        analyze.lyapunov_spectrum([], dt)
+
+
+def test_lyapunov_spectrum_against_the_product_of_steps():
+    # a time-dependent, non-normal J_s; a batch of two systems; k < n; QR now and then
+    g = torch.Generator().manual_seed(4)
+    Js = [torch.randn(2, 5, 5, generator=g, dtype=F64) for _ in range(23)]
+    for k, qr_every in ((5, 1), (3, 1), (3, 4), (1, 23), (2, 30)):
+        lam = analyze.lyapunov_spectrum(Js, 0.05, k=k, qr_every=qr_every)
+        assert lam.shape == (2, k)
+        for b in range(2):
+            torch.testing.assert_close(lam[b], ref_lyapunov([J[b] for J in Js], 0.05, k), rtol=1e-9, atol=1e-9)
+
+
+def dense_blocks(f, X, t):
+    """The Jacobian by torch.autograd.functional.jacobian, (N, D, N, D): [j, a, i, b] = d f_{j,a} / d x_{i,b}."""
+    return torch.autograd.functional.jacobian(lambda Z: f(Z, t), X)
+
+
+def mixing_field(N, D, seed):
+    """A nonlinear field in which every output token depends on every input token, differently per pair and t."""
+    g = torch.Generator().manual_seed(seed)
+    M = torch.randn(N, N, D, D, generator=g, dtype=F64) / math.sqrt(N * D)
+    A = torch.randn(D, D, generator=g, dtype=F64)
+
+    def f(X, t):
+        mixed = torch.einsum("ib,jiba->ja", X, M)                           # sum_i x_i M_ji
+        attn = torch.softmax(X @ A @ X.T, dim=-1) @ X                         # softmax attention across tokens
+        return torch.tanh((1 + t) * mixed) + 0.3 * attn * t
+    return f
+
+
+def test_token_jacobians_are_the_dense_jacobian():
+    f = mixing_field(4, 3, seed=0)
+    X = torch.randn(4, 3, dtype=F64, generator=torch.Generator().manual_seed(1))
+    J = analyze.token_jacobians(f, X, 0.7)
+    torch.testing.assert_close(J, dense_blocks(f, X, 0.7), rtol=1e-12, atol=1e-12)
+    # with attention through scaled_dot_product_attention (what the models call)
+    g = lambda X, t: torch.nn.functional.scaled_dot_product_attention(X[None], X[None], X[None] * t, is_causal=True)[0]  # noqa: E731
+    torch.testing.assert_close(analyze.token_jacobians(g, X, 0.5), dense_blocks(g, X, 0.5), rtol=1e-12, atol=1e-12)
+
+
+def test_token_lyapunov_against_a_loop_over_pairs():
+    # a trajectory of different states, a field that depends on t: the block J_ji (output j, input i) changes
+    # every step, so a transposed or swapped block gives other exponents
+    N, D, steps, dt = 3, 2, 12, 0.08
+    f = mixing_field(N, D, seed=2)
+    g = torch.Generator().manual_seed(3)
+    traj = [torch.randn(N, D, generator=g, dtype=F64) for _ in range(steps)]
+    times = [0.1 * s for s in range(steps)]
+    blocks = [dense_blocks(f, X, t) for X, t in zip(traj, times)]            # (N, D, N, D) each
+    for k, outputs in ((None, None), (1, [2, 0])):
+        lam = analyze.token_lyapunov(f, traj, times, dt, k=k, outputs=outputs)
+        outs = list(range(N)) if outputs is None else outputs
+        assert lam.shape == (len(outs), N, k or D)
+        for a, j in enumerate(outs):
+            for i in range(N):
+                ref = ref_lyapunov([J[j, :, i, :] for J in blocks], dt, k or D).sort(descending=True).values
+                torch.testing.assert_close(lam[a, i], ref, rtol=1e-9, atol=1e-9)
+                if i != j:                                  # the pairs are not interchangeable, nor the blocks' sides
+                    swapped = ref_lyapunov([J[i, :, j, :] for J in blocks], dt, k or D).sort(descending=True).values
+                    transposed = ref_lyapunov([J[j, :, i, :].T for J in blocks], dt, k or D).sort(descending=True).values
+                    assert (lam[a, i] - swapped).abs().max() > 1e-3 and (lam[a, i] - transposed).abs().max() > 1e-3
+
+
+def test_head_spectra_against_a_loop_over_heads():
+    # QK_h = W_Q^h (W_K^h)^T and OV_h = W_V^h W_O^h (D x D, rank d): their d nonzero eigenvalues
+    g = torch.Generator().manual_seed(5)
+    D, H = 6, 3
+    d = D // H
+    Wq, Wk, Wv, Wo = (torch.randn(D, D, generator=g, dtype=F64) for _ in range(4))
+    qk, ov = analyze.head_spectra(Wq, Wk, Wv, Wo, n_head=H)
+    assert qk.shape == ov.shape == (H, d) and qk.dtype == ov.dtype == np.complex128
+    for h in range(H):
+        s = slice(h * d, (h + 1) * d)
+        for got, product in ((qk[h], Wq[:, s] @ Wk[:, s].T), (ov[h], Wv[:, s] @ Wo[s, :])):
+            eig = np.linalg.eigvals(product.numpy())
+            eig = eig[np.argsort(-np.abs(eig))[:d]]                             # the d that can be nonzero
+            assert np.allclose(sorted_complex(got), sorted_complex(eig), atol=1e-9), (h, got, eig)
+    _, ov = analyze.head_spectra(Wq, Wk, Wv, None, n_head=H)                   # no output map: W_O = I
+    for h in range(H):
+        s = slice(h * d, (h + 1) * d)
+        assert np.allclose(sorted_complex(ov[h]), sorted_complex(np.linalg.eigvals(Wv[s, s].numpy())), atol=1e-9)
+
+
+def test_activation_factor_against_a_double_loop():
+    g = torch.Generator().manual_seed(6)
+    X0 = torch.randn(2, 6, 3, generator=g, dtype=F64)
+    Xl = torch.randn(2, 6, 3, generator=g, dtype=F64)
+    X0[0, 4] = X0[0, 1]                                                         # equal inputs: the pair is left out
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 0, 1, 1, 0]], dtype=torch.bool)
+    for m in (None, mask):
+        got = analyze.activation_factor(X0, Xl, m)
+        for b in range(2):
+            ratios = [(Xl[b, i] - Xl[b, j]).norm() / (X0[b, i] - X0[b, j]).norm()
+                      for i in range(6) for j in range(6)
+                      if i != j and (m is None or (m[b, i] and m[b, j])) and not torch.equal(X0[b, i], X0[b, j])]
+            assert got[b].item() == pytest.approx(sum(ratios).item() / len(ratios), rel=1e-12), (b, m)
+    assert got.dtype == F64 and got.shape == (2,)
+
+
+def ref_kde_entropy(x):
+    """Leave-one-out Gaussian KDE, Silverman's h = 0.9 min(std, IQR / 1.349) n^(-1/5) (std with n - 1; the IQR
+    alone when it is 0), H = -mean_i log p_-i(x_i); -inf when h = 0."""
+    x = np.asarray(x, dtype=np.float64)
+    n = len(x)
+    std = x.std(ddof=1)
+    q25, q75 = np.percentile(x, [25, 75])
+    iqr = (q75 - q25) / 1.349
+    h = 0.9 * (min(std, iqr) if iqr > 0 else std) * n ** -0.2
+    if h == 0:
+        return -math.inf
+    logp = []
+    for i in range(n):
+        p = sum(math.exp(-0.5 * ((x[i] - x[j]) / h) ** 2) for j in range(n) if j != i) / ((n - 1) * h * math.sqrt(2 * math.pi))
+        logp.append(math.log(p))
+    return -sum(logp) / n
+
+
+def test_differential_entropy_against_a_loop():
+    rng = np.random.default_rng(0)
+    n = 24
+    rows = [rng.normal(2.0, 0.7, n),                      # std ~ IQR / 1.349
+            rng.uniform(-1, 3, n),                        # std < IQR / 1.349: the std sets h
+            rng.laplace(0, 1, n) ** 3,                    # heavy tails: the IQR sets h
+            np.r_[np.zeros(n - 5), [1.0, 2.0, 3.0, 4.0, 5.0]],   # IQR = 0: the std alone
+            np.full(n, 1.5)]                              # all equal: -inf
+    x = torch.tensor(np.stack(rows))
+    H = analyze.differential_entropy(x)
+    ref = torch.tensor([ref_kde_entropy(r) for r in rows], dtype=F64)
+    assert torch.isneginf(H[-1]) and torch.isneginf(ref[-1])
+    torch.testing.assert_close(H[:-1], ref[:-1], rtol=1e-10, atol=1e-10)
+    for chunk in (1, 2 * n * n, 10 ** 9):                 # rows computed 1, 2 (4 chunks) or 5 at a time
+        torch.testing.assert_close(analyze.differential_entropy(x, chunk_elems=chunk), H, rtol=0, atol=0)
+    torch.testing.assert_close(analyze.differential_entropy(x[:4].reshape(2, 2, n)), H[:4].reshape(2, 2),
+                               rtol=0, atol=0)
+
+
+def test_simulate_attention_ode_against_a_loop():
+    g = torch.Generator().manual_seed(7)
+    N, D, T, steps = 5, 3, 1.4, 7
+    x0 = 2 * torch.randn(N, D, generator=g, dtype=F64)                        # not on the sphere yet
+    Wq, Wk, Wv = (torch.randn(D, D, generator=g, dtype=F64) for _ in range(3))
+    growth = lambda t: 1 + t ** 2                                              # noqa: E731
+    got = analyze.simulate_attention_ode(x0, Wq, Wk, Wv, growth, T=T, steps=steps)
+    dt = T / steps
+    X = [x / x.norm() for x in x0]
+    ref = [torch.stack(X)]
+    for s in range(steps):
+        gt = growth(s * dt)                                                     # g at the left end of the step
+        new = []
+        for i in range(N):
+            scores = torch.stack([(X[i] @ (gt * Wq)) @ (X[j] @ (gt * Wk)) for j in range(N)])
+            p = torch.exp(scores - scores.max())
+            p = p / p.sum()
+            F = sum(p[j] * (X[j] @ (gt * Wv)) for j in range(N))
+            F = F - (F @ X[i]) * X[i]                                           # tangent at x_i
+            y = X[i] + dt * F
+            new.append(y / y.norm())
+        X = new
+        ref.append(torch.stack(X))
+    torch.testing.assert_close(got, torch.stack(ref), rtol=1e-12, atol=1e-12)
+
+
+def test_cluster_number_and_spread_by_hand():
+    line = lambda *xs: torch.tensor([[x, 0.0] for x in xs], dtype=F64)      # noqa: E731
+    # single linkage: 0, 0.125, 0.25 chain into one cluster (0 and 0.25 are 0.25 apart); eps is inclusive
+    X = line(0.25, 3.0, 0.0, 2.875, 0.125, 5.0)
+    assert analyze.cluster_number(X, eps=0.125) == 3
+    assert analyze.cluster_number(X, eps=0.124) == 6
+    assert analyze.cluster_number(X, eps=1.999) == 3 and analyze.cluster_number(X, eps=2.0) == 2   # 3 and 5 join
+    assert analyze.cluster_number(X, eps=2.624) == 2 and analyze.cluster_number(X, eps=2.625) == 1
+    assert analyze.cluster_number(line(1.0), eps=0.1) == 1
+    # against connected components found by a breadth-first search
+    g = torch.Generator().manual_seed(8)
+    for trial in range(5):
+        P = torch.rand(30, 2, generator=g, dtype=F64)
+        for eps in (0.05, 0.1, 0.2):
+            close = [[(P[i] - P[j]).norm().item() <= eps for j in range(30)] for i in range(30)]
+            seen, comps = set(), 0
+            for s in range(30):
+                if s not in seen:
+                    comps += 1
+                    frontier = [s]
+                    seen.add(s)
+                    while frontier:
+                        a = frontier.pop()
+                        for b in range(30):
+                            if close[a][b] and b not in seen:
+                                seen.add(b)
+                                frontier.append(b)
+            assert analyze.cluster_number(P, eps) == comps, (trial, eps)
+    # spread: the mean distance between two different points
+    assert analyze.spread(line(0.0, 1.0, 3.0)) == pytest.approx((1 + 3 + 2) / 3, rel=1e-15)
+    assert analyze.spread(torch.tensor([[0.0, 0.0], [3.0, 4.0]], dtype=F64)) == pytest.approx(5.0, rel=1e-15)
+    torch.testing.assert_close(analyze.sphere(torch.tensor([[3.0, 4.0]], dtype=F64)),
+                               torch.tensor([[0.6, 0.8]], dtype=F64))
+
+
+def test_flop_count_of_matmuls_and_attention_backward():
+    a, b = torch.randn(3, 4), torch.randn(4, 5)
+    assert analyze.count_flops(lambda: a @ b) == 2 * 3 * 4 * 5
+    assert analyze.count_flops(lambda: torch.randn(2, 3, 4) @ torch.randn(2, 4, 6)) == 2 * 2 * 3 * 4 * 6
+    B, H, L, d = 2, 2, 16, 8
+    q = torch.randn(B, H, L, d, requires_grad=True)
+    for causal, frac in ((False, 1.0), (True, (L + 1) / (2 * L))):
+        # forward Q K^T, P V; backward Q K^T again (recomputed), dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q:
+        # 7 products of 2 B H L^2 d flops; a causal kernel computes (L + 1) / 2L of each
+        flops = analyze.count_flops(
+            lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=causal).sum().backward())
+        assert flops == 7 * 2 * B * H * L * L * d * frac, causal
+
+
+# ----------------------------------------------------------------------------------------------
 # Speed: FLOPs and memory
 
 def test_flop_count_of_attention_on_cpu():
@@ -280,12 +536,13 @@ def cli(*argv):
 
 def test_bad_input_is_one_line_and_no_traceback(tmp_path):
     ckpt = tiny_checkpoint(tmp_path / "gpt.pt")
-    for argv in [("nonsense", "--out", tmp_path), ("spectra", "--out", tmp_path, "--ckpt", tmp_path / "missing.pt")]:
+    for argv in [("spectra", "--out", tmp_path, "--ckpt", tmp_path / "missing.pt")]:   # the command line: one line
         r = cli(*argv)
         assert r.returncode == 2, (argv, r.stderr)
         assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, (argv, r.stderr)
         assert r.stderr.startswith("error: ")
-    cases = [("lyapunov", "--ckpt", ckpt),                      # not a DiffEqFormer
+    cases = [("nonsense",),
+             ("lyapunov", "--ckpt", ckpt),                      # not a DiffEqFormer
              ("experts", "--ckpt", ckpt),                       # not a TransJect
              ("spectra",),                                      # no --ckpt
              ("speed", "--models", "gpt5"),

@@ -1,11 +1,14 @@
 """train.py: exact resume, evaluation of a checkpoint on other data, metrics, presets, schedules, bad input."""
 
+import contextlib
 import json
 import math
 import os
 import subprocess
 import sys
+from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -127,12 +130,249 @@ def test_schedules():
     assert train.learning_rate(a, 15_000) == pytest.approx(0.0005)
 
 
+# ----------------------------------------------------------------------------------------------
+# The schedule, the optimiser's groups, the gate report and evaluate, against numbers worked by hand
+
+def schedule_args(**kw):
+    a = dict(lr=0.005, warmup=1000, max_iters=15_000, min_lr=0.1, lr_decay_iters=None, schedule="cosine",
+             gate_lr_scale=30.0)
+    return SimpleNamespace(**{**a, **kw})
+
+
+def test_learning_rate_with_numbers():
+    lr = train.learning_rate
+    a = schedule_args(schedule="rsqrt")                    # lr min(1, s / w) / sqrt(max(s, w))
+    assert lr(a, 1) == pytest.approx(0.005 * 0.001 / math.sqrt(1000), rel=1e-12)
+    assert lr(a, 1000) == pytest.approx(0.005 / math.sqrt(1000), rel=1e-12)          # the peak, 1.5811e-4
+    assert lr(a, 1000) == pytest.approx(1.5811388300841897e-4, rel=1e-12)
+    assert lr(a, 9000) == pytest.approx(0.005 / 3 / math.sqrt(1000), rel=1e-12)      # 1 / sqrt(9000)
+    a = schedule_args()                                    # linear warm-up, cosine from lr to min_lr * lr
+    assert lr(a, 1) == pytest.approx(5e-6, rel=1e-12)
+    assert lr(a, 999) == pytest.approx(0.004995, rel=1e-12)
+    assert lr(a, 1000) == pytest.approx(0.005, rel=1e-12)
+    assert lr(a, 4500) == pytest.approx(0.00434099025766973, rel=1e-12)              # progress 1/4: cos(pi/4)
+    assert lr(a, 11_500) == pytest.approx(0.0011590097423302702, rel=1e-12)          # progress 3/4
+    assert lr(a, 15_000) == pytest.approx(0.0005, rel=1e-12)
+    assert lr(a, 20_000) == pytest.approx(0.0005, rel=1e-12)                         # past the end: min_lr * lr
+    a = schedule_args(lr_decay_iters=5000)                 # decay over 1000..5000, then flat
+    assert lr(a, 3000) == pytest.approx(0.00275, rel=1e-12)
+    assert lr(a, 5000) == pytest.approx(0.0005, rel=1e-12) and lr(a, 9000) == pytest.approx(0.0005, rel=1e-12)
+    a = schedule_args(warmup=15_000)                       # warm-up as long as the run: no division by zero
+    assert lr(a, 15_000) == pytest.approx(0.005, rel=1e-12) and lr(a, 15_001) == pytest.approx(0.0005, rel=1e-12)
+    a = schedule_args(warmup=0, max_iters=4)               # no warm-up: progress s / max_iters from step 1
+    assert lr(a, 1) == pytest.approx(0.005 * (0.1 + 0.45 * (1 + math.cos(math.pi / 4))), rel=1e-12)
+    assert lr(a, 2) == pytest.approx(0.00275, rel=1e-12)
+    a = schedule_args(min_lr=1.0, warmup=10)               # min_lr 1: a constant lr after the warm-up
+    assert [lr(a, s) for s in (10, 11, 5000, 15_000)] == pytest.approx([0.005] * 4, rel=1e-12)
+
+
+def model_zoo():
+    """(name, model, names of the scalar gates) for every model of the project and its variants."""
+    import diffeqformer
+    import simpletron
+    import transject
+    small = dict(vocab_size=11, block_size=8, n_layer=2, n_embd=8, head="cls", n_classes=3)
+    s = lambda **kw: simpletron.Model(simpletron.Config(**small, n_head=2, **kw))   # noqa: E731
+    ode = diffeqformer.Model(diffeqformer.Config(**small, n_head=2, time_dim=3, time_freqs=4))
+    return [("simpletron", s(), set()),
+            ("softmax-rezero", s(attention="softmax", variant="vanilla", norm="rezero"), {"blocks.0.alpha", "blocks.1.alpha"}),
+            ("orthogonal", s(attention="softmax", variant="vanilla", orthogonal=True), set()),
+            ("frozen-qkv", s(attention="softmax", variant="vanilla", freeze_qkv=True), set()),
+            ("transject", transject.Model(transject.Config(**small)), {"blocks.0.a", "blocks.1.a"}),
+            ("diffeqformer", ode, set()),
+            ("diffeqformer-lora", ode.discretize(3).with_lora(2, 2.0), set())]
+
+
+@pytest.mark.parametrize("name,model,gates", model_zoo(), ids=[z[0] for z in model_zoo()])
+def test_optimizer_groups(name, model, gates):
+    args = SimpleNamespace(lr=0.003, weight_decay=0.07, beta1=0.8, beta2=0.95, eps=1e-7, gate_lr_scale=12.5)
+    opt = train.make_optimizer(model, args, "cpu")
+    names = {id(p): n for n, p in model.named_parameters()}
+    groups = [{names[id(p)] for p in g["params"]} for g in opt.param_groups]
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    # matrices and embeddings decay; vectors (biases, norms) and scalar gates do not; gates get lr * scale
+    assert groups[0] == {n for n, p in trainable.items() if p.dim() >= 2}
+    assert groups[1] == {n for n, p in trainable.items() if p.dim() == 1}
+    assert groups[2] == {n for n, p in trainable.items() if p.dim() == 0} == gates
+    assert sum(len(g) for g in groups) == len(trainable) and len(opt.param_groups) == 3
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.07, 0.0, 0.0]
+    assert [g["lr_scale"] for g in opt.param_groups] == [1.0, 1.0, 12.5]
+    assert all(g["lr"] == 0.003 and g["betas"] == (0.8, 0.95) and g["eps"] == 1e-7 for g in opt.param_groups)
+    assert isinstance(opt, torch.optim.AdamW)
+    if name == "simpletron":                                # what the groups mean, by name
+        assert {"wte.weight", "blocks.0.attn.qkv.weight"} <= groups[0] and "blocks.0.attn.qkv.bias" in groups[1]
+    if name in ("frozen-qkv", "diffeqformer-lora"):         # frozen parameters are in no group
+        assert len(trainable) < len(list(model.parameters()))
+
+
+def test_gate_report_budget_is_the_scale_times_the_sum_of_lr():
+    class Gates(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Parameter(torch.tensor(0.8, dtype=torch.float64))
+            self.b = torch.nn.Parameter(torch.tensor(-1.3, dtype=torch.float64))
+            self.c = torch.nn.Parameter(torch.tensor(2.0, dtype=torch.float64))     # not a gate at the start
+            self.w = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))         # a vector, never a gate
+    args = schedule_args(lr=1e-3, warmup=2, max_iters=3, gate_lr_scale=30.0)
+    # lr at steps 1, 2, 3: 0.5e-3 (warm-up), 1e-3, then 0.1e-3 (the end of the cosine); budget 30 * 1.6e-3
+    report = train.gate_report(Gates(), {"a": 0.5, "b": -1.0}, args, 3)
+    assert set(report) == {"a", "b"}
+    assert report["a"] == pytest.approx({"start": 0.5, "value": 0.8, "budget": 0.048, "used": 0.3 / 0.048}, rel=1e-12)
+    assert report["b"] == pytest.approx({"start": -1.0, "value": -1.3, "budget": 0.048, "used": 0.3 / 0.048}, rel=1e-12)
+    assert train.gate_report(Gates(), {"a": 0.5}, args, 1)["a"]["budget"] == pytest.approx(0.015, rel=1e-12)
+    assert train.gate_report(Gates(), {"a": 0.5}, args, 0)["a"] == {"start": 0.5, "value": pytest.approx(0.8),
+                                                                    "budget": 0, "used": 0.0}
+
+
+class Lookup(torch.nn.Module):
+    """A stand-in model with logits fixed per input (a table looked up by the token sum); records its mode."""
+
+    def __init__(self, n_out, lm=False):
+        super().__init__()
+        self.table = torch.randn(97, n_out, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+        self.lm, self.modes = lm, []
+
+    def forward(self, x, y):
+        self.modes.append(self.training)
+        if self.lm:
+            logits = self.table[(x * 7 + torch.arange(x.shape[1])) % 97]                # (B, L, V)
+            return logits, torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+        logits = self.table[x.sum(-1) % 97]                                             # (B, C)
+        return logits, torch.nn.functional.cross_entropy(logits, y)
+
+
+def test_evaluate_averages_over_examples_not_batches():
+    # 5 examples in batches of 2, 2, 1: the loss and the accuracy are means over the examples (tokens for lm)
+    g = np.random.default_rng(0)
+    tokens = g.integers(1, 9, (5, 6))
+    tokens[[0, 2], 4:] = 0                                   # two shorter examples
+    labels = g.integers(0, 4, 5)
+    split = data.ClassificationSplit(tokens, labels)
+    model = Lookup(4).train()
+    out = train.evaluate(model, split, 2, "cpu", contextlib.nullcontext())
+    x, y = torch.from_numpy(tokens), torch.from_numpy(labels)
+    logits = model.table[x.sum(-1) % 97]
+    losses = [torch.logsumexp(logits[i], 0) - logits[i, y[i]] for i in range(5)]
+    correct = [int(logits[i].argmax() == y[i]) for i in range(5)]
+    assert out["loss"] == pytest.approx(sum(losses).item() / 5, rel=1e-12)
+    assert out["acc"] == pytest.approx(sum(correct) / 5, rel=1e-12) and out["n"] == 5 and "ppl" not in out
+    assert model.modes == [False] * 3 and model.training       # evaluated in eval mode, left in train mode
+    # a language model: per token, perplexity exp(loss)
+    stream = g.integers(0, 10, 5 * 4 + 1)
+    split = data.LMSplit(stream, 4)                          # 5 windows of 4 tokens: batches 2, 2, 1
+    model = Lookup(10, lm=True)
+    out = train.evaluate(model, split, 2, "cpu", contextlib.nullcontext())
+    terms = []
+    for w in range(5):
+        xs, ys = torch.from_numpy(stream[4 * w:4 * w + 4]), torch.from_numpy(stream[4 * w + 1:4 * w + 5])
+        lg = model.table[(xs * 7 + torch.arange(4)) % 97]
+        terms += [torch.logsumexp(lg[p], 0) - lg[p, ys[p]] for p in range(4)]
+    assert out["loss"] == pytest.approx(sum(terms).item() / 20, rel=1e-12) and out["n"] == 20
+    assert out["ppl"] == pytest.approx(math.exp(out["loss"]), rel=1e-12) and "acc" not in out
+    # max_batches: that many fixed batches (the same every call: comparable across evaluations)
+    a = train.evaluate(model, split, 3, "cpu", contextlib.nullcontext(), max_batches=2)
+    assert a == train.evaluate(model, split, 3, "cpu", contextlib.nullcontext(), max_batches=2) and a["n"] == 24
+
+
+# ----------------------------------------------------------------------------------------------
+# The training loop: accumulation, clipping, the lr of each group
+
+# Adam with a large eps updates by about lr g / eps: linear in the gradient, so that its scale shows
+LINEAR = ["--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--eval_iters", "1", "--log_interval", "1",
+          "--dropout", "0", "--weight_decay", "0", "--eps", "100", "--lr", "10", "--warmup", "0", "--min_lr", "1",
+          "--eval_interval", "100"]
+
+
+def weights(out_dir):
+    return torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=True)["model"]
+
+
+def flat(state):
+    return torch.cat([v.flatten().double() for k, v in sorted(state.items())])
+
+
+def test_grad_accum_is_a_bigger_batch(lra, tmp_path):
+    # batch 4 x 2 micro-batches == batch 8: the same examples (the data of a step depends on (seed, step)),
+    # the same mean loss, the same gradient, so the same weights after two steps
+    run("--data_dir", lra, *LINEAR, "--grad_clip", "0", "--batch_size", "8", "--max_iters", "2", "--out_dir", tmp_path / "b8")
+    run("--data_dir", lra, *LINEAR, "--grad_clip", "0", "--batch_size", "4", "--grad_accum", "2", "--max_iters", "2",
+        "--out_dir", tmp_path / "b4x2")
+    a, b = losses(tmp_path / "b8"), losses(tmp_path / "b4x2")
+    assert a[1] == pytest.approx(b[1], rel=1e-5) and a[2] == pytest.approx(b[2], rel=1e-5)
+    wa, wb = flat(weights(tmp_path / "b8")), flat(weights(tmp_path / "b4x2"))
+    torch.testing.assert_close(wa, wb, rtol=1e-4, atol=1e-6)
+    assert a[1] != a[2]                                      # each step draws other examples
+
+
+def test_each_step_and_seed_draws_its_own_examples(lra, tmp_path):
+    # lr ~ 1e-12 (a warm-up of 1e9 steps): the weights stay put, so the loss of a step tells its examples apart
+    frozen = ["--data_dir", lra, *LINEAR, "--batch_size", "8", "--max_iters", "3", "--warmup", "1000000000"]
+    run(*frozen, "--out_dir", tmp_path / "s0")
+    run(*frozen, "--seed", "1", "--out_dir", tmp_path / "s1")
+    a, b = losses(tmp_path / "s0"), losses(tmp_path / "s1")
+    assert len({a[1], a[2], a[3]}) == 3 and a[1] != b[1]
+
+
+def test_gradient_clipping_scales_the_update_to_the_clip_norm(lra, tmp_path):
+    # one step from the same initialisation: with clip c the gradient has norm c, so the update has norm
+    # lr c / eps (Adam with eps >> |g|); without clipping it points the same way and is longer
+    flags = ["--data_dir", lra, *LINEAR, "--batch_size", "8", "--max_iters", "1"]
+    run(*flags, "--grad_clip", "0", "--warmup", "1000000000", "--out_dir", tmp_path / "w0")   # lr 1e-8: no move
+    run(*flags, "--grad_clip", "0.001", "--out_dir", tmp_path / "clip")
+    run(*flags, "--grad_clip", "0", "--out_dir", tmp_path / "free")
+    w0 = flat(weights(tmp_path / "w0"))
+    clipped, free = flat(weights(tmp_path / "clip")) - w0, flat(weights(tmp_path / "free")) - w0
+    assert clipped.norm().item() == pytest.approx(10 * 0.001 / 100, rel=2e-3)
+    assert free.norm().item() > 5 * clipped.norm().item()
+    assert torch.nn.functional.cosine_similarity(clipped, free, dim=0) > 0.999
+
+
+def test_gates_step_by_lr_times_their_scale(lra, tmp_path):
+    # Adam's first step moves every parameter by lr (|g| >> eps): a gate by lr * gate_lr_scale. The log's lr is
+    # the schedule's, and the report's budget is scale * sum of the lr of the steps taken
+    common = ["--model", "softmax", "--norm", "rezero", "--data_dir", lra, *TINY, "--lr", "1e-3", "--warmup", "2",
+              "--weight_decay", "0.1", "--grad_clip", "0", "--eval_interval", "100", "--gate_lr_scale", "30",
+              "--eps", "1e-12"]
+    m = run(*common, "--max_iters", "1", "--out_dir", tmp_path / "one")
+    assert set(m["gates"]) == {"blocks.0.alpha"}
+    g = m["gates"]["blocks.0.alpha"]
+    assert g["start"] == 0.0 and abs(g["value"]) == pytest.approx(0.5e-3 * 30, rel=1e-3)   # lr(1) = lr / 2
+    assert g["budget"] == pytest.approx(0.015, rel=1e-9) and g["used"] == pytest.approx(1.0, rel=1e-3)
+    m = run(*common, "--max_iters", "3", "--out_dir", tmp_path / "three")
+    with open(tmp_path / "three" / "log.jsonl") as f:
+        lrs = [r["lr"] for r in map(json.loads, f) if "lr" in r]
+    assert lrs == pytest.approx([0.5e-3, 1e-3, 1e-4], rel=1e-12)
+    assert m["gates"]["blocks.0.alpha"]["budget"] == pytest.approx(30 * 1.6e-3, rel=1e-9)
+    # a vector (the classifier's output bias, from 0) moves by lr(1) on the first step, not by lr * scale
+    assert weights(tmp_path / "one")["classifier.2.bias"].abs().max().item() == pytest.approx(0.5e-3, rel=1e-3)
+
+
+def test_layering_with_a_preset_of_its_own(monkeypatch):
+    # flags > the preset of (model, task) > the preset of (model, *) > train.py's defaults; Config fields a
+    # preset does not set are left to the model's Config
+    monkeypatch.setitem(train.PRESETS, "test", {
+        ("softmax", "*"): dict(n_layer=5, n_embd=24, lr=0.5, warmup=11, batch_size=2),
+        ("softmax", "listops"): dict(n_layer=7, batch_size=3),
+        ("simpletron", "listops"): dict(n_head=8, lr=9.0)})
+    args, given, names = train.parse_args(["--preset", "test", "--model", "softmax", "--n_embd", "32", "--warmup", "4"])
+    overrides = train.resolve(args, given, names)
+    assert overrides == {"n_layer": 7, "n_embd": 32}
+    assert (args.lr, args.warmup, args.batch_size) == (0.5, 4, 3)
+    defaults = {name: default for name, _, default, _ in train.FLAGS}
+    for name in ("max_iters", "schedule", "min_lr", "grad_accum", "weight_decay", "gate_lr_scale", "seed"):
+        assert getattr(args, name) == defaults[name], name
+    assert args.model == "softmax" and args.task == "listops"
+    args, given, names = train.parse_args(["--preset", "test", "--task", "ptb"])    # simpletron: no preset for ptb
+    assert train.resolve(args, given, names) == {} and args.lr == defaults["lr"]
+
+
 def cli(*argv, cwd):
     return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *map(str, argv)], cwd=cwd,
                           capture_output=True, text=True, timeout=120)
 
 
-def test_bad_input_gives_one_clear_line(lra, tmp_path):
+def test_bad_input_gives_one_clear_line(lra, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     run("--data_dir", lra, *TINY, "--max_iters", "1", "--out_dir", tmp_path / "run")
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -148,8 +388,12 @@ def test_bad_input_gives_one_clear_line(lra, tmp_path):
         ("--init_from", tmp_path / "none.pt", "--eval_only"): "no checkpoint at",
         ("--init_from", tmp_path / "run" / "ckpt.pt", "--out_dir", tmp_path / "run"): "would overwrite",
     }
-    for argv, message in cases.items():
+    for argv, message in cases.items():                     # in this process: the exception and its one line
+        with pytest.raises((train.UsageError, data.DataError)) as e:
+            run(*argv)
+        assert message in str(e.value) and "\n" not in str(e.value), (argv, str(e.value))
+    for argv in (("--lr", "fast"), ("--data_dir", bad, "--max_iters", "1")):   # the command line prints that line
         p = cli(*argv, cwd=tmp_path)
-        assert p.returncode != 0, argv
         lines = p.stderr.strip().splitlines()
-        assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], (argv, p.stderr)
+        assert p.returncode == 2 and len(lines) == 1, (argv, p.stderr)
+        assert lines[0].startswith("error: ") and cases[argv] in lines[0], (argv, p.stderr)
