@@ -141,9 +141,9 @@ def word_vocabulary(run_args, data_dir):
     the copy of the Hugging Face data under the run's --cache_dir."""
     folder = data_dir or run_args.get("data_dir") or os.path.join(run_args.get("cache_dir") or "data", "ptb")
     try:
-        found = data.locate("ptb", folder, "ptb.train.txt", ["simple-examples/data", "ptb"],
-                            "pass --data_dir DIR, the folder of the run's ptb.train.txt")
-        return Words(data.find_file(found, ["ptb.train.txt"], "ptb"))
+        _, paths = data.release("ptb", folder, "pass --data_dir DIR, the folder of the run's ptb.train.txt",
+                                ["ptb.train.txt"], ["simple-examples/data", "ptb"])
+        return Words(paths["ptb.train.txt"])
     except data.DataError as e:
         raise UsageError(f"cannot rebuild the word vocabulary: {e}") from None
 
