@@ -1083,6 +1083,7 @@ def _speed(args, device, models, lengths, nano):
     for L in lengths:
         for mode in ("train", "infer"):
             for base, others in (("softmax", ("simpletron", "transject", "diffeqformer")),
+                                 ("softmax_naive", ("simpletron", "transject", "softmax")),
                                  ("softmax_attention", ("simple_attention", "causal_simple_attention"))):
                 g = find(base, L, mode)
                 for other in others:
@@ -1101,10 +1102,12 @@ def _speed(args, device, models, lengths, nano):
                                        f"{b['loss_diff']:.1e}, largest gradient difference {b['grad_diff']:.1e})",
                                "length": L, "mode": "train", "ratio": paired(b, a)})
     if len(lengths) >= 2:
+        mode = "infer" if args.infer_only else "train"
         for m in models:
-            a, b = find(m, lengths[0], "train"), find(m, lengths[-1], "train")
-            ratios.append({"what": f"{m} training step, ms at {lengths[-1]} / ms at {lengths[0]} tokens",
-                           "ratio": b["ms"] / a["ms"]})
+            a, b = find(m, lengths[0], mode), find(m, lengths[-1], mode)
+            if a and b:
+                ratios.append({"what": f"{m} {'inference forward' if args.infer_only else 'training step'}, ms at "
+                                       f"{lengths[-1]} / ms at {lengths[0]} tokens", "ratio": b["ms"] / a["ms"]})
     ng, og = find("nanogpt", c["block_size"], "train", "nanogpt-cpu"), find("softmax", c["block_size"], "train", "nanogpt-cpu")
     if args.generate:
         gen_records, gen_ratios = speed_generate(args, device, [m for m in models if m in train.MODELS])
