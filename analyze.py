@@ -6,6 +6,7 @@ Look inside the models: the papers' analyses, and a speed and memory benchmark.
     python analyze.py activation --ckpt a/ckpt.pt --ckpt b/ckpt.pt --out out/analysis   # TransJect eq. 5-6
     python analyze.py experts    --ckpt out/transject/ckpt.pt --out out/analysis         # TransJect fig. 5, 7
     python analyze.py cluster    --out out/analysis                                     # DiffEqFormer C.8
+    python analyze.py attnstd    --run out/a --run out/b --out out/analysis  # SimpleTRON fig. 5 (train.py --attn_std_interval)
     python analyze.py speed      --out out/analysis --lengths 1024,4096 [--nanogpt /tmp/nanogpt/model.py]
     python analyze.py speed      --out out/generate --lengths '' --generate --contexts 256,1024,4096
 
@@ -31,6 +32,10 @@ experts    TransJect's mixture-of-experts weights and its residual weights alpha
 cluster    DiffEqFormer appendix C.8: one attention head, 40 tokens on the unit sphere in 3-D, 200 Euler steps
            on [0, 10], weights W(t) = g(t) W_0 (W_0 = I by default, Geshkovski et al.'s clustering case),
            g = 1 (weight sharing) or 1 + t^k; trajectories, cluster number and spread at the end and over time.
+attnstd    SimpleTRON fig. 5: per block, the standard deviation of the attention weights (Q K^T / sqrt(n) for
+           SimpleTRON, Q K^T / sqrt(d) for softmax, the softmax left out, as the paper's caption says) and of
+           the attention sublayer's output, over training, from the records train.py --attn_std_interval N
+           writes into log.jsonl (one fixed val batch, every N steps).
 speed      training step (forward, backward, gradient clipping, AdamW) and inference forward of each model at
            each length, measured in interleaved rounds (medians; ratios as medians of per-round ratios); peak
            memory, tokens/s, FLOPs (torch.utils.flop_counter) and FLOP/s; our GPT beside nanoGPT's model.py
@@ -685,6 +690,73 @@ def cmd_experts(args):
             print(f"  layer {l + 1}: mean expert weights " + " ".join(f"{v:.3f}" for v in w.mean(0)) +
                   f" (min {w.min():.3f}, max {w.max():.3f}); residual weight "
                   f"{list(r['residual_weights'].values())[l]:.4f}")
+    print(f"wrote {path}, {png}")
+
+
+def read_attention_std(run):
+    """The attention-std records that train.py --attn_std_interval wrote into RUN/log.jsonl, and the run's label."""
+    path = os.path.join(run, "log.jsonl")
+    problem = data.file_problem(path)
+    if problem:
+        raise UsageError(f"--run {run}: {path} {problem} (a folder of python train.py ... --attn_std_interval N)")
+    records = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                raise UsageError(f"{path}, line {n}: not JSON; is this a train.py log?") from None
+            if "score_std" in r:
+                records.append(r)
+    if not records:
+        raise UsageError(f"--run {run}: its log.jsonl has no attention std; train it with --attn_std_interval N")
+    label = os.path.basename(os.path.abspath(run))
+    meta = os.path.join(run, "metrics.json")
+    if not data.file_problem(meta):
+        with open(meta) as f:
+            m = json.load(f)
+        acc = m.get("test_acc")
+        label += f" (test acc {100 * acc:.1f}%)" if isinstance(acc, (int, float)) else ""
+    return records, label
+
+
+def cmd_attnstd(args):
+    """SimpleTRON's Fig. 5: the standard deviation of each block's attention weights (Q K^T / sqrt(n) for
+    SimpleTRON, Q K^T / sqrt(d) for softmax without the softmax) and of its attention output, over training."""
+    if not args.run:
+        raise UsageError("attnstd needs --run DIR, a run of train.py --attn_std_interval N (several allowed)")
+    runs = [(run, *read_attention_std(run)) for run in args.run]
+    fig, axes = plt.subplots(len(runs), 2, figsize=(12, 3.2 * len(runs) + 0.6), squeeze=False, sharex=True)
+    results = []
+    for row, (run, records, label) in enumerate(runs):
+        steps = [r["step"] for r in records]
+        n_block = len(records[0]["score_std"])
+        colors = plt.cm.viridis(np.linspace(0, 0.9, n_block))
+        for col, key, title in ((0, "score_std", "std of the attention weights"),
+                                (1, "attn_std", "std of the attention output")):
+            ax = axes[row, col]
+            for l in range(n_block):
+                ax.plot(steps, [r[key][l] for r in records], color=colors[l], lw=1.5, label=f"block {l + 1}")
+            ax.set_yscale("log")
+            ax.set_title(f"{label}: {title}", fontsize=9)
+            ax.grid(True, alpha=0.3)
+            if row == len(runs) - 1:
+                ax.set_xlabel("training step")
+        axes[row, 0].legend(fontsize=7, ncol=2)
+        results.append({"run": run, "label": label, "steps": steps,
+                        **{key: [[r[key][l] for r in records] for l in range(n_block)]
+                           for key in ("score_std", "attn_std")}})
+    fig.suptitle("Attention over training (SimpleTRON fig. 5): weights Q Kᵀ / √n (SimpleTRON) or "
+                 "Q Kᵀ / √d (softmax, before the softmax)", fontsize=10)
+    fig.tight_layout()
+    png = save_fig(fig, args.out, "attnstd")
+    path = write_json(args.out, "attnstd", {"note": "score_std[l][i], attn_std[l][i]: block l at steps[i]",
+                                            "runs": results})
+    for r in results:
+        print(f"{r['label']}: step {r['steps'][0]} -> {r['steps'][-1]}")
+        for l, (a, b) in enumerate(zip(r["score_std"], r["attn_std"])):
+            print(f"  block {l + 1}: weights std {a[0]:.3g} -> {a[-1]:.3g} (max {max(a):.3g}); "
+                  f"output std {b[0]:.3g} -> {b[-1]:.3g}")
     print(f"wrote {path}, {png}")
 
 
@@ -1373,7 +1445,8 @@ def parse(argv):
     common.add_argument("--seed", type=int, default=0)
     helps = {"spectra": "eigenvalues of QK and OV per head vs depth", "lyapunov": "token-level Lyapunov exponents",
              "activation": "activation factor and entropy per layer", "experts": "TransJect expert and residual weights",
-             "cluster": "clustering simulation (DiffEqFormer C.8)", "speed": "speed and memory benchmark"}
+             "cluster": "clustering simulation (DiffEqFormer C.8)", "speed": "speed and memory benchmark",
+             "attnstd": "attention std per block over training (SimpleTRON fig. 5)"}
     s = {name: sub.add_parser(name, parents=[common], help=h) for name, h in helps.items()}
     s["spectra"].add_argument("--grid", type=int, default=0, help="ODE models: this many times t in [0, 1] "
                               "(default: the model's own steps)")
@@ -1383,6 +1456,8 @@ def parse(argv):
     for name in ("activation", "experts"):
         s[name].add_argument("--n_seq", type=int, default=16, help="sequences of the task's val split")
         s[name].add_argument("--max_len", type=int, default=512, help="cut sequences to this many tokens")
+    s["attnstd"].add_argument("--run", action="append", help="a folder of python train.py ... "
+                              "--attn_std_interval N (several allowed: one row of panels each)")
     s["cluster"].add_argument("--tokens", type=int, default=40)
     s["cluster"].add_argument("--steps", type=int, default=200)
     s["cluster"].add_argument("--T", type=float, default=10.0, help="time horizon (step = T / steps)")
@@ -1454,7 +1529,7 @@ def check(args):
 
 
 COMMANDS = {"spectra": cmd_spectra, "lyapunov": cmd_lyapunov, "activation": cmd_activation,
-            "experts": cmd_experts, "cluster": cmd_cluster, "speed": cmd_speed}
+            "experts": cmd_experts, "cluster": cmd_cluster, "speed": cmd_speed, "attnstd": cmd_attnstd}
 
 
 def main(argv=None):

@@ -210,9 +210,9 @@ TABLES = {
     "depth": Table(
         "Depth (SimpleTRON §5.2) on the small ListOps of the quickstart (20,000 / 1,000 / 1,000 trees): 64 wide, "
         "batch 32, 500 steps",
-        SMALL,
+        SMALL + " --attn_std_interval 25",                   # Fig. 5 too: python analyze.py attnstd --run ...
         [Row(f"{name}, {n} block{'s' * (n > 1)}", f"--model {model} --n_layer {n}")
-         for model, name in (("simpletron", "SimpleTRON"), ("softmax", "softmax Transformer")) for n in (1, 2, 4, 6)]),
+         for model, name in (("simpletron", "SimpleTRON"), ("softmax", "softmax Transformer")) for n in range(1, 7)]),
     "transfer": Table(
         "Attention transfer (SimpleTRON §4.2): a softmax Transformer with SimpleTRON's trained q/k/v, frozen; the "
         "small ListOps, 2 blocks, 64 wide, batch 32, 500 steps",

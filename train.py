@@ -153,6 +153,8 @@ FLAGS = [
     ("eval_interval", int, 250, "evaluate on val and write the checkpoint every this many steps"),
     ("eval_iters", int, 20, "batches of val to evaluate during training (the end uses all of val and test)"),
     ("log_interval", int, 10, "print a log line every this many steps"),
+    ("attn_std_interval", int, 0, "SimpleTRON / softmax: log each block's attention std on a fixed val batch "
+                                  "every this many steps (0: off; SimpleTRON Fig. 5, analyze.py attnstd)"),
     ("short_steps", int, 0, "sequence-length warm-up: the first short_steps steps train on prefixes ..."),
     ("short_len", int, 64, "... of short_len tokens (classification tasks; escapes the long early plateau)"),
     ("time_limit", float, None, "stop training after this many minutes of wall time (data preparation included)"),
@@ -334,7 +336,7 @@ def resolve(args, given, config_names, preset=None):
 # What every flag and Config field allows, checked before any data is read: name -> (test, what is allowed).
 # Floats must also be finite. Fields that a model's Config checks itself (choices, n_embd % n_head) are left to it.
 AT_LEAST = {n: (lambda v, lo=lo: isinstance(v, int) and v >= lo, f"an integer >= {lo}") for lo, names in (
-    (0, ("warmup", "short_steps", "lora_rank", "lora_r")),
+    (0, ("warmup", "short_steps", "lora_rank", "lora_r", "attn_std_interval")),
     (1, ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval", "short_len", "steps",
          "lr_decay_iters", "n_train", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio", "n_experts",
          "time_dim", "time_freqs")),
@@ -398,6 +400,9 @@ def check_args(args):
         raise UsageError("--steps N [--lora_rank r] needs --init_from CKPT, a checkpoint of the DiffEqFormer ODE")
     if args.transfer_from and args.model != "softmax":
         raise UsageError(f"--transfer_from copies a SimpleTRON's attention into --model softmax, not {args.model}")
+    if args.attn_std_interval and args.model not in ("simpletron", "softmax"):
+        raise UsageError(f"--attn_std_interval: the attention of simpletron.py's models (simpletron, softmax), "
+                         f"not --model {args.model}")
     if args.transfer_from and data.file_problem(args.transfer_from):
         raise UsageError(f"--transfer_from {args.transfer_from} {data.file_problem(args.transfer_from)}")
 
@@ -601,6 +606,43 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
     else:
         out["acc"] = correct / count
     return out
+
+
+@torch.no_grad()
+def attention_std(model, x):
+    """SimpleTRON's Fig. 5, per block, on the ids x (B, L): the standard deviation of the attention weights as the
+    paper defines them, Q K^T / sqrt(n) for SimpleTRON (n real tokens) and Q K^T / sqrt(d) for softmax (the
+    softmax left out), over every real (query, key) pair (s <= t when causal); and the standard deviation of
+    the attention sublayer's output (B, L, D) over the real tokens. Written out dense: a measurement, not the
+    model's path. Returns {"score_std": [one per block], "attn_std": [...]}."""
+    was_training, seen = model.training, []
+    model.eval()
+    hooks = [block.attn.register_forward_hook(lambda module, inputs, output: seen.append((module, *inputs, output)))
+             for block in model.blocks]
+    try:
+        model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    score_std, attn_std = [], []
+    for attn, h, mask, y in seen:                            # h (B, L, D) the block's input to attention
+        B, L, D = h.shape
+        H = attn.n_head
+        q, k, _ = (z.view(B, L, H, D // H).transpose(1, 2).double() for z in attn.qkv(h).split(D, dim=2))
+        real = torch.ones(B, L, dtype=torch.bool, device=h.device) if mask is None else mask
+        pairs = real[:, None, :, None] & real[:, None, None, :]              # (B, 1, L, L)
+        if attn.causal:
+            pairs = pairs & torch.ones(L, L, dtype=torch.bool, device=h.device).tril()
+        if attn.kind == "simple":                            # n: real tokens (causal: the prefix length t)
+            n = (torch.arange(1, L + 1, device=h.device).double()[None, None, :, None] if attn.causal
+                 else real.sum(1).double()[:, None, None, None])
+        else:
+            n = torch.tensor(float(D // H))
+        scores = q @ k.transpose(-2, -1) / n.sqrt()          # (B, H, L, L)
+        score_std.append(scores[pairs.expand(B, H, L, L)].std().item())
+        attn_std.append(y[real].double().std().item())       # over the real tokens' (D) outputs
+    return {"score_std": score_std, "attn_std": attn_std}
 
 
 class Distributed:
@@ -869,6 +911,16 @@ def main(argv=None):
                 "optimizer": optimizer.state_dict(), "iter": it, "args": run_args, "gate_start": gate_start,
                 "world_size": dist.world, "time": run_time()})
 
+    if args.attn_std_interval:                               # one fixed val batch, drawn without the training rng
+        std_batch = (task.split("val") if task.has("val") else train).sample(
+            min(args.batch_size, 64), np.random.default_rng(4321))[0].to(device)
+
+    def log_attention_std(it):
+        if args.attn_std_interval and (it % args.attn_std_interval == 0 or it == args.max_iters) and dist.master:
+            log.write(json.dumps({"step": it, **attention_std(model, std_batch), "time": round(run_time(), 3)}) + "\n")
+
+    if start == 0:
+        log_attention_std(0)
     it, tokens, t_train = start, 0, 0.0
     window = {"loss": 0.0, "correct": 0, "count": 0, "steps": 0, "seconds": 0.0}  # one log interval
     stopped = "max_iters"
@@ -914,6 +966,7 @@ def main(argv=None):
             if count:
                 record["acc"] = correct / count
             log.write(json.dumps(record) + "\n")
+            log_attention_std(it)
             for k, v in (("loss", loss_sum), ("correct", correct), ("count", count), ("steps", 1),
                          ("seconds", time.time() - t0)):
                 window[k] += v

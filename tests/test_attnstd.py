@@ -1,0 +1,111 @@
+"""SimpleTRON's Fig. 5: train.py's attention_std against a loop over pairs, its log records, analyze.py attnstd."""
+
+import json
+import math
+import os
+
+import pytest
+import torch
+
+import analyze
+import simpletron
+import train
+from test_train import TINY, run, write_listops
+
+
+def reference_std(model, idx):
+    """Block by block, with a loop over sequences, heads and (query, key) pairs: the attention weights
+    q_i . k_j / sqrt(n_i) (SimpleTRON; n the real tokens, or i + 1 causal) or / sqrt(d) (softmax), and
+    the attention sublayer's output at the real tokens."""
+    c = model.config
+    B, L = idx.shape
+    x = model.wte(idx)
+    mask = idx != 0
+    if model.cls is not None:
+        x = torch.cat([model.cls.expand(B, 1, -1), x], 1)
+        mask = torch.cat([torch.ones(B, 1, dtype=torch.bool), mask], 1)
+    x = model.ln_e(x + model.wpe.weight[: x.shape[1]])
+    causal = c.head == "lm"
+    block_mask = None if causal else mask
+    D, H = c.n_embd, c.n_head
+    d = D // H
+    scores, outputs = [], []
+    for block in model.blocks:
+        h = block.ln1(x) if c.norm == "pre" else x           # what the attention reads
+        W, b = block.attn.qkv.weight, block.attn.qkv.bias
+        q, k = h @ W[:D].T + b[:D], h @ W[D:2 * D].T + b[D:2 * D]
+        values = []
+        for s in range(B):
+            real = [i for i in range(x.shape[1]) if causal or mask[s, i]]
+            for head in range(H):
+                sl = slice(head * d, (head + 1) * d)
+                for i in real:
+                    for j in real:
+                        if causal and j > i:
+                            continue
+                        n = (i + 1 if causal else len(real)) if c.attention == "simple" else d
+                        values.append(float(q[s, i, sl] @ k[s, j, sl]) / math.sqrt(n))
+        scores.append(torch.tensor(values, dtype=torch.float64).std().item())
+        y = block.attn(h, block_mask)
+        outputs.append(torch.cat([y[s, [i for i in range(x.shape[1]) if causal or mask[s, i]]]
+                                  for s in range(B)]).double().std().item())
+        x = block(x, block_mask)
+    return scores, outputs
+
+
+@pytest.mark.parametrize("kw", [dict(attention="simple", head="cls"), dict(attention="simple", head="lm"),
+                                dict(attention="softmax", head="cls"), dict(attention="softmax", head="lm", norm="pre"),
+                                dict(attention="simple", head="cls", variant="resl", learned_cls=False)])
+def test_attention_std_equals_the_loop_over_pairs(kw):
+    torch.manual_seed(0)
+    config = simpletron.Config(vocab_size=11, block_size=7, n_layer=3, n_head=2, n_embd=8, n_classes=3, **kw)
+    model = simpletron.Model(config).eval()
+    for p in model.parameters():                             # weights far from their init, every path alive
+        torch.nn.init.normal_(p, std=0.5)
+    idx = torch.tensor([[3, 5, 1, 7, 2, 0, 0], [4, 4, 9, 1, 6, 8, 2]])   # one row padded (cls)
+    if kw["head"] == "lm":
+        idx = idx.clamp(min=1)
+    got = train.attention_std(model, idx)
+    with torch.no_grad():
+        scores, outputs = reference_std(model, idx)
+    assert got["score_std"] == pytest.approx(scores, rel=1e-5)
+    assert got["attn_std"] == pytest.approx(outputs, rel=1e-5)
+    assert len(set(got["score_std"])) == 3                   # the blocks differ: each is measured on its own input
+
+
+def test_attention_std_leaves_the_mode_and_training_alone(tmp_path):
+    lra = write_listops(tmp_path / "lra", 48, seed=3)
+    common = ["--data_dir", lra, *TINY, "--n_layer", "2", "--dropout", "0.2", "--max_iters", "6", "--eval_interval",
+              "3"]
+    run(*common, "--out_dir", tmp_path / "plain")
+    run(*common, "--out_dir", tmp_path / "std", "--attn_std_interval", "2")
+    read = lambda name: [json.loads(l) for l in open(tmp_path / name / "log.jsonl")]
+    plain, std = read("plain"), read("std")
+    assert [(r["step"], r.get("loss")) for r in plain if "loss" in r] == \
+           [(r["step"], r.get("loss")) for r in std if "loss" in r]              # the same training, bit for bit
+    recs = [r for r in std if "score_std" in r]
+    assert [r["step"] for r in recs] == [0, 2, 4, 6]
+    assert all(len(r["score_std"]) == len(r["attn_std"]) == 2 and min(r["score_std"]) > 0 for r in recs)
+    out = tmp_path / "analysis"
+    analyze.main(["attnstd", "--run", str(tmp_path / "std"), "--out", str(out)])
+    saved = json.load(open(out / "attnstd.json"))["runs"][0]
+    assert saved["steps"] == [0, 2, 4, 6]
+    assert saved["score_std"][1] == [r["score_std"][1] for r in recs]
+    assert os.path.getsize(out / "attnstd.png") > 0
+
+
+def test_attention_std_bad_input(tmp_path):
+    with pytest.raises(train.UsageError, match="--attn_std_interval"):
+        train.main(["--model", "transject", "--task", "listops", "--attn_std_interval", "5",
+                    "--out_dir", str(tmp_path / "x")])
+    with pytest.raises(train.UsageError, match="--attn_std_interval -1"):
+        train.main(["--model", "simpletron", "--task", "listops", "--attn_std_interval", "-1",
+                    "--out_dir", str(tmp_path / "x")])
+    with pytest.raises(analyze.UsageError, match="attnstd needs --run"):
+        analyze.main(["attnstd", "--out", str(tmp_path / "a")])
+    with pytest.raises(analyze.UsageError, match="log.jsonl"):
+        analyze.main(["attnstd", "--run", str(tmp_path / "nothing"), "--out", str(tmp_path / "a")])
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "log.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
+    with pytest.raises(analyze.UsageError, match="--attn_std_interval N"):
+        analyze.main(["attnstd", "--run", str(tmp_path / "plain"), "--out", str(tmp_path / "a")])
