@@ -286,6 +286,11 @@ def field_meanings(config_class):
     return out
 
 
+def preset_for(presets, model, task):
+    """A preset's settings for this model and task: the model's (model, "*") entry, updated by (model, task)'s."""
+    return {**presets.get((model, "*"), {}), **presets.get((model, task), {})}
+
+
 def help_values(model, task, preset_name, listops_len=None):
     """The value each flag and Config field takes for this model, task and preset before the task's data is read
     (vocab_size, head and n_classes come from the data)."""
@@ -295,7 +300,7 @@ def help_values(model, task, preset_name, listops_len=None):
     task = task if task in data.TASKS else defaults["task"]
     preset_name = preset_name if preset_name in PRESETS else defaults["preset"]
     presets = PRESETS[preset_name]
-    preset = {**presets.get((model, "*"), {}), **presets.get((model, task), {})}
+    preset = preset_for(presets, model, task)
     values = {f.name: f.default for f in dataclasses.fields(model_module(model).Config)}
     length = inspect.signature(data.TASKS[task]).parameters.get("block_size")
     if length is not None and length.default is not inspect.Parameter.empty:
@@ -321,7 +326,7 @@ def resolve(args, given, config_names, preset=None):
     task = args.task or defaults["task"]
     presets = PRESETS[args.preset or defaults["preset"]]
     if preset is None:
-        preset = {**presets.get((model, "*"), {}), **presets.get((model, task), {})}
+        preset = preset_for(presets, model, task)
     unknown = set(preset) - set(defaults) - set(config_names)
     assert not unknown, f"preset for {model}/{task} sets unknown fields {unknown}"
     for name in defaults:

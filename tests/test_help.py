@@ -31,6 +31,11 @@ def test_help_shows_the_presets_values_for_model_and_task(capsys):
             shown(t, "batch_size"), shown(t, "max_iters")) == ("6", "512", "0.0005", "0.98", "1e-09", "32", "23440")
     t = help_text(capsys, "--model", "transject", "--task", "listops")
     assert shown(t, "pool") == "max" and shown(t, "block_size") == "2000"
+    # the model's ("transject", "*") entry and the task's own ("transject", "listops") merged: both hold
+    assert (shown(t, "n_embd"), shown(t, "n_experts"), shown(t, "max_iters")) == ("64", "4", "1000")
+    presets = {("m", "*"): dict(a=1, b=2), ("m", "t"): dict(b=3, c=4)}
+    assert train.preset_for(presets, "m", "t") == dict(a=1, b=3, c=4)
+    assert train.preset_for(presets, "m", "u") == dict(a=1, b=2) and train.preset_for(presets, "x", "t") == {}
 
 
 def test_help_of_the_main_command_and_its_time_limit(capsys):

@@ -343,6 +343,10 @@ def test_gates_step_by_lr_times_their_scale(lra, tmp_path):
         lrs = [r["lr"] for r in map(json.loads, f) if "lr" in r]
     assert lrs == pytest.approx([0.5e-3, 1e-3, 1e-4], rel=1e-12)
     assert m["gates"]["blocks.0.alpha"]["budget"] == pytest.approx(30 * 1.6e-3, rel=1e-9)
+    # resumed after step 1: the report still starts from the gate's value before step 1, not at the resume
+    run(*common, "--max_iters", "1", "--out_dir", tmp_path / "resumed")
+    r = run("--resume", "--out_dir", tmp_path / "resumed", "--max_iters", "3")["gates"]["blocks.0.alpha"]
+    assert r == m["gates"]["blocks.0.alpha"] and r["start"] == 0.0
     # a vector (the classifier's output bias, from 0) moves by lr(1) on the first step, not by lr * scale
     assert weights(tmp_path / "one")["classifier.2.bias"].abs().max().item() == pytest.approx(0.5e-3, rel=1e-3)
 
