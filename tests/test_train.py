@@ -55,6 +55,24 @@ def test_resume_replays_an_uninterrupted_run(lra, tmp_path):
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def test_log_times_are_the_runs_seconds_across_resume(lra, tmp_path):
+    """Every log record carries the run's wall time in seconds, earlier sessions included: it never goes back,
+    starts near 0 and stays below the time this test took; the resumed part starts at the checkpoint's time."""
+    import time
+    t0 = time.time()
+    common = ["--data_dir", lra, *TINY, "--eval_interval", "3"]
+    out = tmp_path / "run"
+    run(*common, "--max_iters", "3", "--out_dir", out)
+    saved = torch.load(out / "ckpt.pt", weights_only=True)["time"]
+    run("--resume", "--out_dir", out, "--max_iters", "6")
+    wall = time.time() - t0
+    with open(out / "log.jsonl") as f:
+        times = [(r["step"], r["time"]) for r in map(json.loads, f) if "loss" in r]
+    assert [s for s, _ in times] == [1, 2, 3, 4, 5, 6]
+    assert 0 <= times[0][1] < wall and all(b[1] >= a[1] for a, b in zip(times, times[1:])), times
+    assert 0 < saved <= times[3][1] < wall and times[-1][1] < wall, (saved, times, wall)
+
+
 def test_resume_after_a_crash_past_the_checkpoint_logs_each_step_once(lra, tmp_path):
     common = ["--data_dir", lra, *TINY, "--eval_interval", "3"]
     out = tmp_path / "run"
@@ -401,3 +419,20 @@ def test_bad_input_gives_one_clear_line(lra, tmp_path, monkeypatch):
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1, (argv, p.stderr)
         assert lines[0].startswith("error: ") and cases[argv] in lines[0], (argv, p.stderr)
+
+
+def test_training_accuracy_is_logged_for_classification_only(lra, tmp_path):
+    """A classifier's log records carry the step's training accuracy over all its examples (batch 4 x 2
+    micro-batches: a multiple of 1/8); a language model's carry none."""
+    run("--data_dir", lra, *TINY, "--grad_accum", "2", "--max_iters", "4", "--eval_interval", "4",
+        "--out_dir", tmp_path / "cls")
+    with open(tmp_path / "cls" / "log.jsonl") as f:
+        accs = [r["acc"] for r in map(json.loads, f) if "loss" in r]
+    assert len(accs) == 4 and all(0 <= a <= 1 and (a * 8) == round(a * 8) for a in accs), accs
+    (tmp_path / "txt").mkdir()
+    (tmp_path / "txt" / "a.txt").write_text("to be or not to be, that is the question\n" * 20, encoding="utf-8")
+    run("--task", "textfile", "--data_dir", tmp_path / "txt", "--tokenizer", "byte", "--block_size", "8", *TINY,
+        "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "lm")
+    with open(tmp_path / "lm" / "log.jsonl") as f:
+        records = [r for r in map(json.loads, f) if "loss" in r]
+    assert len(records) == 2 and not any("acc" in r for r in records), records
