@@ -71,6 +71,12 @@ def test_attention_std_equals_the_loop_over_pairs(kw):
     assert got["score_std"] == pytest.approx(scores, rel=1e-5)
     assert got["attn_std"] == pytest.approx(outputs, rel=1e-5)
     assert len(set(got["score_std"])) == 3                   # the blocks differ: each is measured on its own input
+    model.config.dropout = 0.5                               # a model in training, with dropout: measured in
+    for m in model.modules():                                # eval mode, and left in training mode
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.5
+    model.train()
+    assert train.attention_std(model, idx) == got and model.training
 
 
 def test_attention_std_leaves_the_mode_and_training_alone(tmp_path):
