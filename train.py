@@ -1022,5 +1022,6 @@ if __name__ == "__main__":
         print(f"error: out of memory ({data.one_line(e, 100)}): use a smaller --batch_size, --block_size or model",
               file=sys.stderr)
         sys.exit(2)
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    finally:                                                 # on every exit, or the process aborts at exit
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()

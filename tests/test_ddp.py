@@ -190,3 +190,50 @@ def test_checkpointing_through_train_py_logs_the_same_losses(tmp_path):
     train.main([str(a) for a in [*common, "--out_dir", tmp_path / "a"]])
     train.main([str(a) for a in [*common, "--checkpointing", "true", "--out_dir", tmp_path / "b"]])
     assert losses(tmp_path / "a") == losses(tmp_path / "b")
+
+
+def test_rank0_first_tells_the_others_when_it_fails_and_they_stop():
+    """rank0_first's protocol without processes: three turns (rank 0, the first process of each other machine,
+    the rest), after each a vote on whether one failed. The one that fails votes True and raises its error; the
+    others stop with exit code 2 at that vote, and do not run fn after a failure."""
+    def make(rank, local_rank, votes_of_others):
+        d = train.Distributed.__new__(train.Distributed)
+        d.on, d.rank, d.world, d.master, d.local_rank = True, rank, 4, rank == 0, local_rank
+        d.votes = []
+        others = iter(votes_of_others)
+        d._failed = lambda failed: d.votes.append(failed) or failed or next(others)
+        return d
+    def fail():
+        raise data.DataError("broken file")
+    d = make(0, 0, [False, False])                           # rank 0 fails in the first turn
+    with pytest.raises(data.DataError):
+        d.rank0_first(fail)
+    assert d.votes == [True]
+    ran = []
+    d = make(1, 1, [True])                                   # a process of the last turn: rank 0 failed
+    with pytest.raises(SystemExit) as e:
+        d.rank0_first(lambda: ran.append(1))
+    assert e.value.code == 2 and d.votes == [False] and ran == []
+    d = make(2, 0, [False, False, False])                    # the first process of another machine, all well:
+    assert d.rank0_first(lambda: d.votes.append("ran") or "out") == "out"          # it runs in the second turn
+    assert d.votes == [False, "ran", False, False]
+    d = make(3, 1, [False, False, False])                    # the others in the third
+    assert d.rank0_first(lambda: d.votes.append("ran") or "out") == "out"
+    assert d.votes == [False, False, "ran", False]
+    d = make(0, 0, [False, False, False])                    # rank 0 in the first
+    assert d.rank0_first(lambda: d.votes.append("ran") or "out") == "out"
+    assert d.votes == ["ran", False, False, False]
+
+
+def test_a_broken_file_under_torchrun_is_one_line_and_a_clean_exit(tmp_path):
+    lra = write_listops(tmp_path / "lra", (8, 4, 4), seed=1)
+    with open(lra / "basic_train.tsv", "a") as f:
+        f.write("[MAX 1 2 ]\tx\n")                           # a bad label on the last line
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           os.path.join(ROOT, "train.py"), "--data_dir", str(lra), "--out_dir", str(tmp_path / "out"), *TINY]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]
+    assert p.returncode != 0 and len(errors) == 1 and "basic_train.tsv, line 10" in errors[0], p.stderr[-3000:]
+    assert "exitcode: 2" in p.stderr and "terminate called" not in p.stderr     # exit(2), not an abort
+    assert not (tmp_path / "out" / "ckpt.pt").exists()
