@@ -237,3 +237,13 @@ def test_a_broken_file_under_torchrun_is_one_line_and_a_clean_exit(tmp_path):
     assert p.returncode != 0 and len(errors) == 1 and "basic_train.tsv, line 10" in errors[0], p.stderr[-3000:]
     assert "exitcode: 2" in p.stderr and "terminate called" not in p.stderr     # exit(2), not an abort
     assert not (tmp_path / "out" / "ckpt.pt").exists()
+
+
+def test_any_is_true_everywhere_when_one_process_says_so():
+    d = train.Distributed.__new__(train.Distributed)
+    d.on = True
+    for flags, want in (([0.0, 0.0, 0.0], False), ([0.0, 1.0, 0.0], True), ([1.0, 1.0, 1.0], True)):
+        d.sum = lambda flag: [sum(flags)]                    # the all-reduce of the processes' flags
+        assert d.any(False) is want
+    d.on = False
+    assert d.any(True) is True and d.any(False) is False
