@@ -377,3 +377,36 @@ def test_analyze_flags_are_checked_first(argv, words, tmp_path):
         analyze.main([*argv, "--out", str(tmp_path / "out")])
     one_line(e, words)
     assert not (tmp_path / "out").exists()
+
+
+ACCEPT = {"warmup": [0, 5], "max_iters": [1], "batch_size": [1], "vocab_size": [2], "n_classes": [0, 2, 10],
+          "seed": [0, 2**32 - 1], "lr": [0.0, 1e-3], "eps": [1e-30], "lora_alpha": [1e-3], "time_limit": [0.01],
+          "min_lr": [0.0, 1.0], "beta1": [0.0, 0.999], "beta2": [0.0, 0.999], "dropout": [0.0, 0.999],
+          "weight_decay": [0.0], "grad_clip": [0.0], "gate_lr_scale": [0.0], "schedule": ["rsqrt", "cosine"],
+          "device": ["auto", "cpu", "mps", "cuda", "cuda:3"], "out_dir": ["x"], "n_embd": [1], "init_from": [None]}
+REJECT = {"warmup": [-1, 1.5], "max_iters": [0, "3"], "batch_size": [0], "vocab_size": [1], "n_classes": [1, -2],
+          "seed": [-1, 2**32], "lr": [-1e-9, float("nan"), float("inf")], "eps": [0.0], "lora_alpha": [0.0],
+          "time_limit": [0.0], "min_lr": [-0.1, 1.0001], "beta1": [1.0, -0.1], "beta2": [1.0], "dropout": [1.0, -0.1],
+          "weight_decay": [-1.0], "grad_clip": [-0.5], "gate_lr_scale": [-1.0], "schedule": ["linear"],
+          "device": ["gpu", "cuda:", "cuda:x"], "out_dir": [" "], "n_embd": [0]}
+
+
+@pytest.mark.parametrize("name", sorted(ACCEPT))
+def test_each_flags_limits_at_their_edges(name):
+    for value in ACCEPT[name]:
+        train.check_value(name, value)                       # no error
+    for value in REJECT.get(name, []):
+        with pytest.raises(train.UsageError) as e:
+            train.check_value(name, value)
+        assert str(e.value).startswith(f"--{name} ") and "allowed is" in str(e.value)
+
+
+def test_rsqrt_with_one_warmup_step_is_allowed(monkeypatch, tmp_path):
+    class Reached(Exception):
+        pass
+    def load_task(*a, **k):
+        raise Reached
+    monkeypatch.setattr(data, "load_task", load_task)
+    with pytest.raises(Reached):                             # the flags passed: the smallest warm-up rsqrt divides by
+        train.main(["--schedule", "rsqrt", "--warmup", "1", "--out_dir", str(tmp_path / "o"),
+                    "--cache_dir", str(tmp_path / "c")])
