@@ -711,6 +711,11 @@ class Distributed:
         return flag.item() > 0
 
 
+def past_time_limit(minutes, seconds):
+    """Whether a run `seconds` old has passed its --time_limit of `minutes` (None: no limit)."""
+    return minutes is not None and seconds > 60 * minutes
+
+
 def unused_parameters(model, x, y, autocast):
     """The trainable parameters that a training step leaves without a gradient (DDP must be told of them)."""
     with autocast:
@@ -931,7 +936,7 @@ def main(argv=None):
     stopped = "max_iters"
     try:
         while it < args.max_iters:
-            if args.time_limit is not None and dist.any(time.time() - t_start > 60 * args.time_limit):
+            if dist.any(past_time_limit(args.time_limit, time.time() - t_start)):
                 stopped = f"time_limit ({args.time_limit} min)"
                 break
             t0 = time.time()

@@ -436,3 +436,17 @@ def test_training_accuracy_is_logged_for_classification_only(lra, tmp_path):
     with open(tmp_path / "lm" / "log.jsonl") as f:
         records = [r for r in map(json.loads, f) if "loss" in r]
     assert len(records) == 2 and not any("acc" in r for r in records), records
+
+
+def test_time_limit_is_minutes_of_wall_time():
+    assert not train.past_time_limit(None, 1e9)              # no limit
+    assert not train.past_time_limit(0.5, 30.0) and train.past_time_limit(0.5, 30.001)
+    assert not train.past_time_limit(13.5, 809.9) and train.past_time_limit(13.5, 810.1)
+
+
+def test_a_run_stops_at_its_time_limit_and_says_so(lra, tmp_path):
+    m = run("--data_dir", lra, *TINY, "--max_iters", "50", "--time_limit", "0.0001", "--out_dir", tmp_path / "o")
+    assert m["stopped"] == "time_limit (0.0001 min)" and m["iters"] == 0     # 6 ms: gone before step 1
+    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 0
+    m = run("--data_dir", lra, *TINY, "--max_iters", "3", "--time_limit", "60", "--out_dir", tmp_path / "p")
+    assert m["stopped"] == "max_iters" and m["iters"] == 3
