@@ -450,3 +450,11 @@ def test_a_run_stops_at_its_time_limit_and_says_so(lra, tmp_path):
     assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 0
     m = run("--data_dir", lra, *TINY, "--max_iters", "3", "--time_limit", "60", "--out_dir", tmp_path / "p")
     assert m["stopped"] == "max_iters" and m["iters"] == 3
+
+
+def test_progress_lines_every_log_interval_and_at_the_end(lra, tmp_path, capsys):
+    run("--data_dir", lra, *TINY, "--log_interval", "2", "--max_iters", "5", "--eval_interval", "5",
+        "--out_dir", tmp_path / "o")
+    printed = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("step ") and "|" in
+               line and "val" not in line.split("|")[0]]
+    assert printed == ["2/5", "4/5", "5/5"], printed
