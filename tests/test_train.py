@@ -458,3 +458,11 @@ def test_progress_lines_every_log_interval_and_at_the_end(lra, tmp_path, capsys)
     printed = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("step ") and "|" in
                line and "val" not in line.split("|")[0]]
     assert printed == ["2/5", "4/5", "5/5"], printed
+
+
+def test_an_out_dir_with_a_checkpoint_decides_the_model_only_with_resume(lra, tmp_path):
+    run("--data_dir", lra, *TINY, "--model", "softmax", "--max_iters", "1", "--out_dir", tmp_path / "o")
+    args, given, names = train.parse_args(["--model", "transject", "--n_experts", "2", "--out_dir", str(tmp_path / "o")])
+    assert args.model == "transject" and "n_experts" in names        # a new run: --model decides
+    args, given, names = train.parse_args(["--resume", "--out_dir", str(tmp_path / "o")])
+    assert "n_experts" not in names and "attention" in names         # --resume: the checkpoint's model
