@@ -77,6 +77,7 @@ def test_attention_std_equals_the_loop_over_pairs(kw):
             m.p = 0.5
     model.train()
     assert train.attention_std(model, idx) == got and model.training
+    assert not any(block.attn._forward_hooks for block in model.blocks)        # its hooks are gone
 
 
 def test_attention_std_leaves_the_mode_and_training_alone(tmp_path):

@@ -915,6 +915,9 @@ def test_train_finetune_with_other_steps_and_lora(ptb, tmp_path):
     assert not torch.equal(ckpt["model"]["wte.weight"], src["wte.weight"])  # embeddings trained
     again = train.main(["--init_from", str(ft / "ckpt.pt"), "--eval_only", *common[:4], "--out_dir", str(tmp_path / "ev")])
     assert again["val_loss"] == pytest.approx(m["val_loss"], rel=1e-6)
+    one = train.main(["--init_from", str(base / "ckpt.pt"), *common, "--steps", "1", "--lora_rank", "0",
+                      "--max_iters", "1", "--out_dir", str(tmp_path / "one")])   # the fewest steps: one Euler step
+    assert one["config"]["n_layer"] == 1 and one["config"]["discrete"]
     # --steps on a model that is not a DiffEqFormer ODE is a usage error
     with pytest.raises(train.UsageError):
         train.main(["--init_from", str(ft / "ckpt.pt"), *common, "--steps", "2", "--out_dir", str(tmp_path / "x")])

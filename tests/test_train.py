@@ -292,6 +292,19 @@ def test_evaluate_averages_over_examples_not_batches():
     assert a == train.evaluate(model, split, 3, "cpu", contextlib.nullcontext(), max_batches=2) and a["n"] == 24
 
 
+def test_evaluate_shows_a_progress_bar_over_every_batch(monkeypatch):
+    bars = []
+    def fake_tqdm(iterable, **kw):
+        bars.append(kw)
+        return iterable
+    monkeypatch.setattr(train, "tqdm", fake_tqdm)
+    split = data.ClassificationSplit(np.ones((5, 3), dtype=np.int64), np.zeros(5, dtype=np.int64))
+    train.evaluate(Lookup(2), split, 2, "cpu", contextlib.nullcontext(), progress="test")
+    assert [(b["desc"], b["total"]) for b in bars] == [("test", 3)]          # batches of 2, 2, 1
+    train.evaluate(Lookup(2), split, 2, "cpu", contextlib.nullcontext())
+    assert len(bars) == 1                                                    # no title: no bar
+
+
 # ----------------------------------------------------------------------------------------------
 # The training loop: accumulation, clipping, the lr of each group
 
@@ -455,9 +468,14 @@ def test_a_run_stops_at_its_time_limit_and_says_so(lra, tmp_path):
 def test_progress_lines_every_log_interval_and_at_the_end(lra, tmp_path, capsys):
     run("--data_dir", lra, *TINY, "--log_interval", "2", "--max_iters", "5", "--eval_interval", "5",
         "--out_dir", tmp_path / "o")
-    printed = [line.split()[1] for line in capsys.readouterr().out.splitlines() if line.startswith("step ") and "|" in
-               line and "val" not in line.split("|")[0]]
-    assert printed == ["2/5", "4/5", "5/5"], printed
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ") and "|" in
+             line and "val" not in line.split("|")[0]]
+    assert [line.split()[1] for line in lines] == ["2/5", "4/5", "5/5"], lines
+    # each line's loss is the mean over the steps since the line before (1-2, 3-4, 5)
+    logged = losses(tmp_path / "o")
+    shown = [float(line.split("| loss ")[1].split()[0]) for line in lines]
+    means = [(logged[1] + logged[2]) / 2, (logged[3] + logged[4]) / 2, logged[5]]
+    assert shown == pytest.approx(means, abs=6e-5), (shown, means)
 
 
 def test_an_out_dir_with_a_checkpoint_decides_the_model_only_with_resume(lra, tmp_path):
