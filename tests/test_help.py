@@ -56,3 +56,21 @@ def test_help_explains_each_config_field_with_its_allowed_values(capsys):
     t = help_text(capsys, "--model", "diffeqformer")
     assert re.search(r"--method METHOD [^\[]*\"rk4\"[^\[]*\[euler\]", t)
     assert "(default" not in t                              # one value per flag, in brackets
+
+
+class DemoConfig:                                            # (source only: no dataclass needed)
+    alpha: int = 1              # the first line
+                                # and its continuation
+    n_layer: int = 2            # L
+    # nanoGPT's names
+    beta: float = 0.5           # beta's own meaning, long enough to stand alone
+    # the task sets these
+    gamma: str = "x"
+
+
+def test_field_meanings_read_the_comments_beside_each_field():
+    got = train.field_meanings(DemoConfig)
+    assert got["alpha"] == "the first line and its continuation"
+    assert got["beta"] == "beta's own meaning, long enough to stand alone"
+    assert got["n_layer"] == f"{train.COMMON_FIELDS['n_layer']} (L)"        # a short comment: the common line too
+    assert "gamma" not in got                                # no comment of its own
