@@ -4,10 +4,12 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
 import torch
 
 import analyze
+import data
 import simpletron
 import train
 from test_train import TINY, run, write_listops
@@ -92,6 +94,16 @@ def test_attention_std_leaves_the_mode_and_training_alone(tmp_path):
            [(r["step"], r.get("loss")) for r in std if "loss" in r]              # the same training, bit for bit
     recs = [r for r in std if "score_std" in r]
     assert [r["step"] for r in recs] == [0, 2, 4, 6]
+    # the last record: the trained model on the fixed val batch (min(batch_size, 64) rows, drawn with seed 4321)
+    metrics = json.load(open(tmp_path / "std" / "metrics.json"))
+    ckpt = torch.load(tmp_path / "std" / "ckpt.pt", weights_only=True)
+    model = train.build_model(ckpt["model_name"], ckpt["config"])
+    model.load_state_dict(ckpt["model"])
+    task = data.load_task("listops", cache_dir=metrics["args"]["cache_dir"], data_dir=str(lra),
+                          block_size=ckpt["config"]["block_size"])
+    task.open()
+    x = task.split("val").sample(4, np.random.default_rng(4321))[0]
+    assert train.attention_std(model, x) == {k: recs[-1][k] for k in ("score_std", "attn_std")}
     assert all(len(r["score_std"]) == len(r["attn_std"]) == 2 and min(r["score_std"]) > 0 for r in recs)
     out = tmp_path / "analysis"
     analyze.main(["attnstd", "--run", str(tmp_path / "std"), "--out", str(out)])
