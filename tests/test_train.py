@@ -449,6 +449,8 @@ def test_training_accuracy_is_logged_for_classification_only(lra, tmp_path):
     with open(tmp_path / "lm" / "log.jsonl") as f:
         records = [r for r in map(json.loads, f) if "loss" in r]
     assert len(records) == 2 and not any("acc" in r for r in records), records
+    m = json.load(open(tmp_path / "lm" / "metrics.json"))     # tokens/s: 2 steps x 4 windows x 8 tokens
+    assert m["tokens_per_s"] * m["train_seconds"] == pytest.approx(2 * 4 * 8, rel=1e-9)
 
 
 def test_time_limit_is_minutes_of_wall_time():
