@@ -269,6 +269,11 @@ def test_train_init_from_bert_bad_input_is_one_line(tmp_path, monkeypatch):
     assert "listops" in run("--init_from_bert", folder, task="listops")
     assert "n_embd is BERT's own" in run("--init_from_bert", folder, "--n_embd", "32")
     assert "n_layer 5" in run("--init_from_bert", folder, "--n_layer", "5")
+    weights = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    torch.save({**weights, "note": 3}, folder / "pytorch_model.bin")          # a value that is not a tensor
+    assert "is not a state dict of tensors" in run("--init_from_bert", folder)
+    torch.save([weights], folder / "pytorch_model.bin")                      # not a dict
+    assert "is not a state dict of tensors" in run("--init_from_bert", folder)
     (folder / "pytorch_model.bin").unlink()
     assert "neither model.safetensors nor pytorch_model.bin" in run("--init_from_bert", folder)
     monkeypatch.setitem(sys.modules, "tokenizers", None)     # as if not installed

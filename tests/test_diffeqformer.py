@@ -921,4 +921,11 @@ def test_train_finetune_with_other_steps_and_lora(ptb, tmp_path):
     # --steps on a model that is not a DiffEqFormer ODE is a usage error
     with pytest.raises(train.UsageError):
         train.main(["--init_from", str(ft / "ckpt.pt"), *common, "--steps", "2", "--out_dir", str(tmp_path / "x")])
+    other = tmp_path / "simpletron"                          # nor on another model
+    train.main(["--model", "simpletron", *common, "--n_layer", "1", "--n_embd", "16", "--n_head", "2",
+                "--block_size", "16", "--max_iters", "1", "--out_dir", str(other)])
+    with pytest.raises(train.UsageError, match="needs --init_from CKPT, a checkpoint of the DiffEqFormer ODE"):
+        train.main(["--init_from", str(other / "ckpt.pt"), *common, "--steps", "2", "--out_dir", str(tmp_path / "y")])
+    with pytest.raises(train.UsageError, match="needs --init_from CKPT"):                    # nor without a source
+        train.main(["--model", "diffeqformer", *common, *tiny_flags, "--steps", "2", "--out_dir", str(tmp_path / "z")])
     assert os.path.exists(ft / "metrics.json")
