@@ -163,6 +163,11 @@ def test_from_bert_refuses_what_it_cannot_load():
         st.from_bert({k: v for k, v in sd.items() if k != "encoder.layer.1.output.dense.bias"}, CONFIG)
     with pytest.raises(ValueError, match="word_embeddings"):
         st.from_bert(sd, {**CONFIG, "vocab_size": V + 1})
+    for bad in (dict(head="lm"), dict(norm="pre"), dict(orthogonal=True)):   # each alone is refused
+        with pytest.raises(ValueError, match="post-LN encoder"):
+            st.from_bert(sd, CONFIG, **bad)
+    with pytest.raises(ValueError, match="block_size 9999"):
+        st.from_bert(sd, CONFIG, block_size=9999)
 
 
 # ----------------------------------------------------------------------------------------------

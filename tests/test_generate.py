@@ -166,6 +166,8 @@ def test_bad_arguments_fail_in_one_line(module, make):
             model.generate(idx, 2, **kw)
     with pytest.raises(ValueError, match="L >= 1"):
         model.generate(idx[:, :0], 2)
+    with pytest.raises(ValueError, match=r"\(B, L\) token ids"):   # one sequence without its batch dimension
+        model.generate(idx[0], 2)
     model.generate(idx, 2)
     assert model.training                                    # generate leaves the model in its own mode
 
