@@ -157,6 +157,15 @@ def test_checkpointing_gives_the_same_loss_and_gradients_and_recomputes_each_blo
     blocks = recomputing.blocks if name != "diffeqformer" else None
     results = []
     for model in (plain, recomputing):
+        if model is plain and blocks:                            # without the flag: each block once, no recompute
+            handles = [b.register_forward_pre_hook(count) for b in plain.blocks]
+            torch.manual_seed(5)
+            model(x, y)[1].backward()
+            model.zero_grad(set_to_none=True)
+            assert calls["n"] == len(blocks)
+            calls["n"] = 0
+            for h in handles:
+                h.remove()
         handles = [b.register_forward_pre_hook(count) for b in blocks] if model is recomputing and blocks else []
         torch.manual_seed(5)                                     # the same dropout masks
         logits, loss = model(x, y)

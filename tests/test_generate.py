@@ -390,3 +390,20 @@ def test_log_axes_get_at_least_two_ticks_around_the_data(values):
     assert len(ticks) >= 2 and lo <= min(values) and max(values) <= hi
     assert all(lo <= t <= hi for t in ticks)
     analyze.plt.close(fig)
+
+
+@pytest.mark.parametrize("module", [st, tj, de])
+def test_sampling_from_half_precision_logits_is_sampling_from_their_float32_values(module):
+    """bf16 logits (autocast on CUDA) are sampled in float32: the same draws as from the same values in float32
+    (softmax in bf16 would round the probabilities and change some of 2,000 draws)."""
+    torch.manual_seed(0)
+    logits = (torch.randn(2000, 50) * 3).bfloat16()
+    torch.manual_seed(1)
+    a = module.sample_next(logits)
+    torch.manual_seed(1)
+    b = module.sample_next(logits.float())
+    assert torch.equal(a, b)
+    torch.manual_seed(1)                                     # top_k: the same k largest kept
+    a = module.sample_next(logits, temperature=0.7, top_k=5)
+    torch.manual_seed(1)
+    assert torch.equal(a, module.sample_next(logits.float(), temperature=0.7, top_k=5))
