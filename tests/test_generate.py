@@ -160,6 +160,10 @@ def test_bad_arguments_fail_in_one_line(module, make):
     idx = tokens((2, 3))
     with pytest.raises(ValueError, match="head lm"):
         make("cls").generate(idx, 2)
+    with pytest.raises(ValueError, match="head lm"):         # the recurrent API checks too
+        module.prefill(make("cls"), idx)
+    with pytest.raises(ValueError, match=r"\(B, L\) token ids"):
+        module.prefill(make("lm"), idx[0])
     model = make("lm").train()
     for kw in (dict(temperature=0.0), dict(top_k=0)):
         with pytest.raises(ValueError):
