@@ -378,6 +378,10 @@ def test_activation_factor_against_a_double_loop():
                       if i != j and (m is None or (m[b, i] and m[b, j])) and not torch.equal(X0[b, i], X0[b, j])]
             assert got[b].item() == pytest.approx(sum(ratios).item() / len(ratios), rel=1e-12), (b, m)
     assert got.dtype == F64 and got.shape == (2,)
+    lone = torch.tensor([[1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0]], dtype=torch.bool)   # one real token: no pair
+    got = analyze.activation_factor(X0, Xl, lone)
+    assert got[0].item() == 0.0 and got[1].item() == pytest.approx(
+        ((Xl[1, 0] - Xl[1, 1]).norm() / (X0[1, 0] - X0[1, 1]).norm()).item(), rel=1e-12)
 
 
 def ref_kde_entropy(x):
@@ -441,6 +445,11 @@ def test_simulate_attention_ode_against_a_loop():
         X = new
         ref.append(torch.stack(X))
     torch.testing.assert_close(got, torch.stack(ref), rtol=1e-12, atol=1e-12)
+    single = analyze.simulate_attention_ode(x0.float(), Wq.float(), Wk.float(), Wv.float(), growth, T=T, steps=steps)
+    assert single.dtype == F64                               # float32 inputs: computed in float64 all the same
+    torch.testing.assert_close(single, got, rtol=1e-6, atol=1e-6)
+    # the growth laws of C.8: g = 1 and g = 1 + t^k
+    assert analyze.growth(0)(3.0) == 1.0 and analyze.growth(2)(3.0) == 10.0 and analyze.growth(4)(0.5) == 1.0625
 
 
 def test_cluster_number_and_spread_by_hand():
