@@ -486,3 +486,14 @@ def test_an_out_dir_with_a_checkpoint_decides_the_model_only_with_resume(lra, tm
     assert args.model == "transject" and "n_experts" in names        # a new run: --model decides
     args, given, names = train.parse_args(["--resume", "--out_dir", str(tmp_path / "o")])
     assert "n_experts" not in names and "attention" in names         # --resume: the checkpoint's model
+
+
+def test_metrics_are_printed_with_four_decimals_or_three_digits():
+    assert train.fmt({"loss": 0.0, "acc": 0.5, "lr": 1e-5, "n": 3, "ppl": 1234.56789}) == \
+        "loss 0.0000 | acc 0.5000 | lr 1e-05 | n 3 | ppl 1234.5679"
+
+
+def test_resume_says_where_it_resumes(lra, tmp_path, capsys):
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "o")
+    run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "3")
+    assert f"resuming {tmp_path / 'o'} at step 2" in capsys.readouterr().out
