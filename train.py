@@ -711,6 +711,11 @@ class Distributed:
         return flag.item() > 0
 
 
+def seconds_left(steps_left, seconds, steps):
+    """The time the remaining steps take at the pace of the last `steps` steps, which took `seconds`."""
+    return steps_left * seconds / steps
+
+
 def past_time_limit(minutes, seconds):
     """Whether a run `seconds` old has passed its --time_limit of `minutes` (None: no limit)."""
     return minutes is not None and seconds > 60 * minutes
@@ -982,7 +987,7 @@ def main(argv=None):
                 window[k] += v
             if it % args.log_interval == 0 or it == args.max_iters:
                 rate = tokens / max(t_train, 1e-9)
-                eta = (args.max_iters - it) * window["seconds"] / window["steps"]
+                eta = seconds_left(args.max_iters - it, window["seconds"], window["steps"])
                 acc = f" | acc {window['correct'] / window['count']:.3f}" if window["count"] else ""
                 print(f"step {it}/{args.max_iters} | loss {window['loss'] / window['steps']:.4f}{acc}"
                       f" | lr {lr:.2e} | {rate / 1e3:.1f}k tok/s | eta {eta / 60:.1f} min", flush=True)

@@ -497,3 +497,23 @@ def test_resume_says_where_it_resumes(lra, tmp_path, capsys):
     run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "o")
     run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "3")
     assert f"resuming {tmp_path / 'o'} at step 2" in capsys.readouterr().out
+
+
+def test_eta_at_the_pace_of_the_last_steps():
+    assert train.seconds_left(90, 20.0, 10) == 180.0         # 10 steps in 20 s: 90 more take 180 s
+    assert train.seconds_left(0, 5.0, 4) == 0.0
+
+
+def test_an_interrupted_run_saves_its_step_and_says_how_to_continue(lra, tmp_path, monkeypatch, capsys):
+    schedule = train.learning_rate
+
+    def interrupt_at_step_3(args, step):
+        if step == 3:
+            raise KeyboardInterrupt                          # Ctrl-C during the third step
+        return schedule(args, step)
+    monkeypatch.setattr(train, "learning_rate", interrupt_at_step_3)
+    m = run("--data_dir", lra, *TINY, "--max_iters", "6", "--eval_interval", "6", "--out_dir", tmp_path / "o")
+    assert m["stopped"] == "interrupted" and m["iters"] == 2
+    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 2
+    assert f"interrupted at step 2; continue with: python train.py --resume --out_dir {tmp_path / 'o'}" in \
+        capsys.readouterr().out
