@@ -71,6 +71,7 @@ def test_log_times_are_the_runs_seconds_across_resume(lra, tmp_path):
     assert [s for s, _ in times] == [1, 2, 3, 4, 5, 6]
     assert 0 <= times[0][1] < wall and all(b[1] >= a[1] for a, b in zip(times, times[1:])), times
     assert 0 < saved <= times[3][1] < wall and times[-1][1] < wall, (saved, times, wall)
+    assert all(t == round(t, 3) for _, t in times)             # rounded to milliseconds
 
 
 def test_resume_after_a_crash_past_the_checkpoint_logs_each_step_once(lra, tmp_path):
