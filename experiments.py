@@ -173,6 +173,9 @@ AGNEWS = ("--task agnews --block_size 64 --batch_size 16 --max_iters 100 --warmu
 BERT_SHAPE = ("--tokenizer {BERT} --n_layer 6 --n_head 12 --n_embd 384 --mlp_hidden 1536 --variant vanilla "
               "--emb_norm true --final_norm false --learned_cls false --layer_norm_eps 1e-12")
 
+FINETUNED = [Row("MiniLM fine-tuned (softmax attention: BERT)", "--init_from_bert {BERT} --model softmax --lr 5e-5"),
+             Row("MiniLM's weights in SimpleTRON, fine-tuned", "--init_from_bert {BERT} --model simpletron --lr 1e-4")]
+
 # SimpleTRON §5.2 (depth) and §4.2 (attention transfer) on the quickstart's small ListOps: 500 steps each
 SMALL = ("--task listops --listops_depth 3 --listops_args 2,3 --listops_len 5,20 --listops_sizes 20000,1000,1000 "
          "--max_iters 500 --batch_size 32 --lr 1e-3 --warmup 50 --schedule cosine --n_embd 64 --n_head 4 --dropout 0.0 "
@@ -202,8 +205,7 @@ TABLES = {
         "AG News from all-MiniLM-L6-v2 (SimpleTRON §5.3): 6 layers, 384 wide, BERT's WordPiece, 64 tokens, batch 16, "
         "100 steps",
         AGNEWS,
-        [Row("MiniLM fine-tuned (softmax attention: BERT)", "--init_from_bert {BERT} --model softmax --lr 5e-5"),
-         Row("MiniLM's weights in SimpleTRON, fine-tuned", "--init_from_bert {BERT} --model simpletron --lr 1e-4"),
+        [*FINETUNED,
          Row("SimpleTRON from scratch, same shape", BERT_SHAPE + " --model simpletron --lr 5e-4"),
          Row("softmax Transformer from scratch, same shape", BERT_SHAPE + " --model softmax --lr 5e-4")],
         majority_baseline),
@@ -212,8 +214,7 @@ TABLES = {
         "400 steps",
         AGNEWS.replace("--max_iters 100 --warmup 10", "--max_iters 400 --warmup 40").replace(
             "--eval_interval 100", "--eval_interval 400"),
-        [Row("MiniLM fine-tuned (softmax attention: BERT)", "--init_from_bert {BERT} --model softmax --lr 5e-5"),
-         Row("MiniLM's weights in SimpleTRON, fine-tuned", "--init_from_bert {BERT} --model simpletron --lr 1e-4")],
+        FINETUNED,
         majority_baseline),
     "depth": Table(
         "Depth (SimpleTRON §5.2) on the small ListOps of the quickstart (20,000 / 1,000 / 1,000 trees): 64 wide, "

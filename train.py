@@ -941,7 +941,7 @@ def main(argv=None):
     stopped = "max_iters"
     try:
         while it < args.max_iters:
-            if dist.any(past_time_limit(args.time_limit, time.time() - t_start)):
+            if args.time_limit is not None and dist.any(past_time_limit(args.time_limit, time.time() - t_start)):
                 stopped = f"time_limit ({args.time_limit} min)"
                 break
             t0 = time.time()
