@@ -38,6 +38,30 @@ OPERATORS = {"+": ["-"], "-": ["+"], "*": ["/"], "/": ["*"], "//": ["/"], "<": [
 NAMES = {"and": ["or"], "or": ["and"], "True": ["False"], "False": ["True"], "is": ["is not"], "min": ["max"],
          "max": ["min"], "any": ["all"], "all": ["any"]}
 
+DROPPABLE = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.MatMult)
+WRAPPERS = (r"^(gelu|relu|silu|tanh|sigmoid|softmax|log_softmax|dropout|drop|attn_drop|resid_drop|ln\w*|norm\w*|"
+            r"layer_norm|rms_norm|sqrt|rsqrt|exp|log|abs|act|activation|cumsum|float|round|contiguous|detach|clone|"
+            r"sum|mean|neg)$")
+COMMUTATIVE = {"max", "min", "maximum", "minimum", "add", "mul", "eq", "ne", "transpose", "swapaxes", "isclose",
+               "allclose", "setdefault", "get", "getattr", "hasattr", "isinstance", "print", "range", "zip",
+               "join", "update", "pop", "replace", "register_buffer", "setattr", "assert_close", "Linear",
+               "split", "get_source_segment"}
+KEYWORDS = {"dim", "keepdim", "diagonal", "bias", "unbiased", "correction", "dtype", "eps", "is_causal", "mask",
+            "attn_mask", "ignore_index", "reduction", "upper", "left", "descending", "stable", "weights_only",
+            "non_blocking", "p", "training", "scale", "alpha", "beta", "min", "max", "exist_ok"}
+NEIGHBOURS = {"gelu": ["relu"], "relu": ["gelu"], "silu": ["gelu"], "tanh": ["sigmoid"], "sigmoid": ["tanh"],
+              "GELU": ["ReLU"], "ReLU": ["GELU"], "SiLU": ["GELU"], "Tanh": ["Sigmoid"],
+              "softmax": ["log_softmax"], "log_softmax": ["softmax"], "sum": ["mean"], "mean": ["sum"],
+              "triu": ["tril"], "tril": ["triu"], "argmax": ["argmin"], "argmin": ["argmax"], "floor": ["ceil"],
+              "ceil": ["floor"], "cos": ["sin"], "sin": ["cos"], "zeros": ["ones"], "ones": ["zeros"],
+              "zeros_like": ["ones_like"], "ones_like": ["zeros_like"], "weight": ["bias"], "bias": ["weight"],
+              "cumsum": ["cumprod"], "std": ["var"], "var": ["std"], "exp": ["log"], "log": ["exp"],
+              "sqrt": ["exp"], "mT": ["T"], "logsumexp": ["amax"], "amax": ["amin"], "amin": ["amax"],
+              "t": ["clone"], "keys": ["values"], "values": ["keys"], "first": ["last"], "last": ["first"],
+              "start": ["stop"], "stop": ["start"], "lo": ["hi"], "hi": ["lo"], "rank": ["world_size"],
+              "world_size": ["rank"], "train": ["eval"], "eval": ["train"], "x": ["x0"], "x0": ["x"],
+              "X": ["X0"], "X0": ["X"], "i": ["j"], "j": ["i"], "val": ["test"], "test": ["val"]}
+
 
 def body_lines(tree, functions):
     """Line numbers of the statements inside the matching functions (docstrings left out)."""
@@ -51,14 +75,80 @@ def body_lines(tree, functions):
     return lines
 
 
-def mutants(source, functions=""):
+def semantic_mutants(tree, lines, inside):
+    """The bugs a person writes: an operand of + - * / @ dropped (a skip, a scale, a bias forgotten), a function
+    call dropped around its argument (a norm, an activation, a softmax, a square root), one function or attribute
+    for its neighbour (GELU for ReLU, sum for mean, triu for tril, weight for bias), the two arguments of a call
+    swapped, a keyword argument left out (keepdim, diagonal, dim)."""
+    out = []
+
+    def replace(node, text, kind):
+        line = lines[node.lineno - 1]
+        raw = line.encode()                                  # ast's columns count UTF-8 bytes
+        new = (raw[:node.col_offset] + text.encode() + raw[node.end_col_offset:]).decode()
+        out.append({"line": node.lineno, "kind": kind, "old": line, "new": new})
+
+    def segment(node):
+        return lines[node.lineno - 1].encode()[node.col_offset:node.end_col_offset].decode()
+
+    for node in ast.walk(tree):
+        if not (hasattr(node, "lineno") and node.lineno == getattr(node, "end_lineno", None)
+                and node.lineno in inside):
+            continue
+        if isinstance(node, ast.BinOp) and isinstance(node.op, DROPPABLE):
+            for side in ("left", "right"):
+                operand = getattr(node, side)
+                if operand.lineno == operand.end_lineno:
+                    text = segment(operand)
+                    replace(node, f"({text})" if isinstance(operand, (ast.BinOp, ast.UnaryOp)) else text,
+                            f"{side} operand of {type(node.op).__name__} kept alone")
+        elif isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if (len(node.args) == 1 and not isinstance(node.args[0], ast.Starred) and re.search(WRAPPERS, name)
+                    and node.args[0].lineno == node.args[0].end_lineno):
+                arg = segment(node.args[0])
+                bare = isinstance(node.args[0], (ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.UnaryOp))
+                replace(node, f"({arg})" if bare else arg, f"call {name}(...) dropped")
+            if (len(node.args) == 2 and name not in COMMUTATIVE and not node.keywords
+                    and all(a.lineno == a.end_lineno and not isinstance(a, ast.Starred) for a in node.args)):
+                a, b = (segment(x) for x in node.args)
+                head = lines[node.lineno - 1].encode()[node.col_offset:node.args[0].col_offset].decode()
+                replace(node, f"{head}{b}, {a})", f"arguments of {name} swapped")
+            for k in node.keywords:
+                if k.arg is not None and k.arg in KEYWORDS and node.end_lineno == node.lineno:
+                    rest = [segment(a) for a in node.args] + [f"{j.arg}={segment(j.value)}" for j in node.keywords
+                                                              if j is not k and j.arg is not None]
+                    if len(rest) == len(node.args) + len(node.keywords) - 1:
+                        head = lines[node.lineno - 1].encode()[node.col_offset:node.func.end_col_offset].decode()
+                        replace(node, f"{head}({', '.join(rest)})", f"keyword {k.arg} left out")
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
+        n.arg for n in ast.walk(tree) if isinstance(n, ast.arg)}
+    for tok_node in ast.walk(tree):                            # a function or attribute for its neighbour
+        if isinstance(tok_node, (ast.Attribute, ast.Name)) and tok_node.lineno in inside:
+            name = tok_node.attr if isinstance(tok_node, ast.Attribute) else tok_node.id
+            for new in NEIGHBOURS.get(name, []):
+                if isinstance(tok_node, ast.Name) and new not in names:
+                    continue                                 # a name the file never defines: a NameError, no bug
+                line = lines[tok_node.lineno - 1].encode()
+                end = tok_node.end_col_offset
+                start = end - len(name.encode())
+                if line[start:end].decode() == name and tok_node.lineno == tok_node.end_lineno:
+                    text = (line[:start] + new.encode() + line[end:]).decode()
+                    out.append({"line": tok_node.lineno, "kind": f"{name} -> {new}",
+                                "old": lines[tok_node.lineno - 1], "new": text})
+    return out
+
+
+def mutants(source, functions="", kinds=("token", "semantic")):
     """Every one-token or one-line mutant of the source inside the matching functions: dicts with line (1-based),
-    kind, old and new (the whole line before and after)."""
+    kind, old and new (the whole line before and after). kinds: "token" (an operator, a name, a constant, a
+    deleted line) and "semantic" (see semantic_mutants)."""
     lines = source.splitlines(keepends=True)
     tree = ast.parse(source)
     inside = body_lines(tree, functions)
-    out = []
-    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+    out = semantic_mutants(tree, lines, inside) if "semantic" in kinds else []
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline) if "token" in kinds else []
+    for tok in tokens:
         (row, col), (row_end, col_end) = tok.start, tok.end
         if row not in inside or row != row_end:
             continue
@@ -83,7 +173,7 @@ def mutants(source, functions=""):
             rest = line[col_end:].lstrip() if r == "" else line[col_end:]
             out.append({"line": row, "kind": f"{text} -> {r or '(dropped)'}", "old": line,
                         "new": line[:col] + r + rest})
-    for node in ast.walk(tree):                              # one-line statements deleted
+    for node in ast.walk(tree) if "token" in kinds else []:  # one-line statements deleted
         if (isinstance(node, (ast.Assign, ast.AugAssign, ast.Expr)) and node.lineno == node.end_lineno
                 and node.lineno in inside and not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))):
             line = lines[node.lineno - 1]
@@ -136,6 +226,9 @@ def main(argv=None):
     p.add_argument("--functions", default="", help="regular expression on function names (default: all)")
     p.add_argument("--n", type=int, default=50, help="mutants drawn (default 50; 0: all)")
     p.add_argument("--seed", type=int, default=0, help="which mutants are drawn (default 0)")
+    p.add_argument("--kinds", default="token,semantic",
+                   help="token (operators, names, constants, deleted lines), semantic (operands and calls dropped, "
+                        "neighbouring functions, swapped arguments, keywords left out) or both (the default)")
     p.add_argument("--jobs", type=int, default=1, help="mutants tested at a time (default 1)")
     p.add_argument("--timeout", type=int, default=600, help="seconds before a mutant counts as killed")
     p.add_argument("--out", default=None, help="JSON lines of the results (default out/mutants/FILE-SEED.jsonl)")
@@ -143,6 +236,9 @@ def main(argv=None):
     path = os.path.relpath(os.path.join(ROOT, a.file), ROOT)
     if not os.path.isfile(os.path.join(ROOT, path)) or not path.endswith(".py"):
         sys.exit(f"error: {a.file} is not a Python file of the repository")
+    kinds = a.kinds.split(",")
+    if not kinds or not set(kinds) <= {"token", "semantic"}:
+        sys.exit(f"error: --kinds {a.kinds!r}: use token, semantic or token,semantic")
     if a.n < 0 or a.jobs < 1 or a.timeout < 1:
         sys.exit("error: --n must be >= 0, --jobs and --timeout >= 1")
     try:
@@ -150,7 +246,7 @@ def main(argv=None):
     except re.error as e:
         sys.exit(f"error: --functions {a.functions!r} is not a regular expression ({e})")
     original = open(os.path.join(ROOT, path)).read()
-    pool = mutants(original, a.functions)
+    pool = mutants(original, a.functions, kinds)
     random.Random(a.seed).shuffle(pool)
     drawn = pool[:a.n] if a.n else pool
     if not drawn:

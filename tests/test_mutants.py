@@ -22,7 +22,7 @@ def h(s):
 
 
 def test_every_one_line_mutant_of_a_small_source():
-    got = {(m["line"], m["new"].strip()) for m in mutants.mutants(SOURCE)}
+    got = {(m["line"], m["new"].strip()) for m in mutants.mutants(SOURCE, kinds=("token",))}
     assert got == {
         (3, "c = a - b  # a comment: a - b"), (3, "pass"),
         (4, "return c <= 1 and not b"), (4, "return c < 0 and not b"), (4, "return c < 2 and not b"),
@@ -33,8 +33,33 @@ def test_every_one_line_mutant_of_a_small_source():
 
 
 def test_functions_filter_and_mutants_that_do_not_compile_are_left_out():
-    assert {m["line"] for m in mutants.mutants(SOURCE, "^g$")} == {8}
+    assert {m["line"] for m in mutants.mutants(SOURCE, "^g$", ("token",))} == {8}
     source = "def f(a):\n    return a is None\n"                # is -> is not
-    assert [m["new"].strip() for m in mutants.mutants(source)] == ["return a is not None"]
+    assert [m["new"].strip() for m in mutants.mutants(source, kinds=("token",))] == ["return a is not None"]
     source = "def f(a):\n    return not a\n"
-    assert [m["new"].strip() for m in mutants.mutants(source)] == ["return a"]
+    assert [m["new"].strip() for m in mutants.mutants(source, kinds=("token",))] == ["return a"]
+
+
+def test_semantic_mutants_of_a_small_source():
+    source = ("def f(x, w):\n"
+              "    y = torch.relu(x @ w) + x  # skip\n"
+              "    return 2 * torch.sqrt(y.sum(dim=-1) + 1)\n")
+    got = {m["new"].strip() for m in mutants.mutants(source, kinds=("semantic",))}
+    assert got == {
+        "y = torch.relu(x @ w)  # skip", "y = x  # skip",                  # an operand of + left alone
+        "y = (x @ w) + x  # skip",                                         # relu dropped
+        "y = torch.relu(x) + x  # skip", "y = torch.relu(w) + x  # skip",  # an operand of @ left alone
+        "y = torch.gelu(x @ w) + x  # skip",                               # the neighbouring function
+        "return 2 * torch.sqrt(y.sum() + 1)",                              # keyword left out
+        "return 2 * torch.sqrt(y.mean(dim=-1) + 1)", "return 2 * torch.exp(y.sum(dim=-1) + 1)",
+        "return 2 * (y.sum(dim=-1) + 1)",                                  # sqrt dropped: its argument in brackets
+        "return 2 * torch.sqrt(y.sum(dim=-1))", "return 2 * torch.sqrt(1)",
+        "return 2", "return torch.sqrt(y.sum(dim=-1) + 1)",
+    }
+    assert {m["kind"] for m in mutants.mutants(source, kinds=("semantic",))} >= {"relu -> gelu", "call relu(...) dropped"}
+
+
+def test_a_name_the_file_never_defines_is_not_drawn():
+    source = "def f(x, i):\n    return x[i] + x0\n"                  # x0 is read, never defined: still a name
+    got = {m["new"].strip() for m in mutants.mutants(source, kinds=("semantic",)) if "->" in m["kind"]}
+    assert got == {"return x0[i] + x0", "return x[i] + x"}          # no j: the file has none
