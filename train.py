@@ -716,6 +716,12 @@ def seconds_left(steps_left, seconds, steps):
     return steps_left * seconds / steps
 
 
+def step_seed(seed, it, rank):
+    """torch's seed for the dropout of step `it` on process `rank`: a function of (seed, it, rank) alone, so that a
+    resumed run replays it, and distinct for every (seed, it, rank) of a run (it < 1_000_003, rank < 2 ** 20)."""
+    return seed * 1_000_003 + it + rank * 2 ** 40
+
+
 def past_time_limit(minutes, seconds):
     """Whether a run `seconds` old has passed its --time_limit of `minutes` (None: no limit)."""
     return minutes is not None and seconds > 60 * minutes
@@ -951,7 +957,7 @@ def main(argv=None):
             # the data and the dropout of step `it` depend on (seed, it) alone: resuming replays them exactly.
             # torchrun: every process draws the same global batch and takes its share; its own dropout masks
             rng = np.random.default_rng([args.seed, it])
-            torch.manual_seed(args.seed * 1_000_003 + it + dist.rank * 2 ** 40)
+            torch.manual_seed(step_seed(args.seed, it, dist.rank))
             loss_sum, correct, count = 0.0, 0, 0
             for micro in range(args.grad_accum):
                 x, y = train.sample(args.batch_size * dist.world, rng)

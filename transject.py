@@ -384,8 +384,7 @@ class GenerationState:
     def __init__(self, model):
         c = model.config
         self.t = 0
-        self.n = self.z = None
-        self.s = [None] * c.n_layer
+        self.n = self.z = self.s = None                     # set by the first read_tokens
         self.Sigma, self.lam = None, [None] * c.n_layer
         self.E = model.embed.weight()                                   # (V, d/2) c E, semi-orthogonal
         self.U_s = cayley(skew(model.P_s)) if c.sigma == "learned" else None   # (d, d) columns u_i

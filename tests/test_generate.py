@@ -164,6 +164,10 @@ def test_bad_arguments_fail_in_one_line(module, make):
         module.prefill(make("cls"), idx)
     with pytest.raises(ValueError, match=r"\(B, L\) token ids"):
         module.prefill(make("lm"), idx[0])
+    _, state = module.prefill(make("lm"), idx)
+    for bad in (idx[:, :2], idx[:, 0], idx[:1, :1, None]):    # two tokens a row; no token axis; a third axis
+        with pytest.raises(ValueError, match=r"one token per row, \(B, 1\)"):
+            module.decode(make("lm"), bad, state)
     model = make("lm").train()
     for kw in (dict(temperature=0.0), dict(top_k=0)):
         with pytest.raises(ValueError):

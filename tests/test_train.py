@@ -518,3 +518,9 @@ def test_an_interrupted_run_saves_its_step_and_says_how_to_continue(lra, tmp_pat
     assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 2
     assert f"interrupted at step 2; continue with: python train.py --resume --out_dir {tmp_path / 'o'}" in \
         capsys.readouterr().out
+
+
+def test_every_step_and_process_has_its_own_dropout_seed():
+    seeds = [train.step_seed(seed, it, rank) for seed in range(4) for it in range(3000) for rank in range(4)]
+    assert len(set(seeds)) == len(seeds)                     # no two (seed, step, process) share their masks
+    assert train.step_seed(0, 0, 0) == 0 and train.step_seed(2, 5, 1) == 2 * 1_000_003 + 5 + 2 ** 40
