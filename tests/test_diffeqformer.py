@@ -770,6 +770,16 @@ def test_lora_a_starts_as_nn_linear_and_b_at_zero():
         assert A.abs().max() <= bound and A.abs().max() > 0.9 * bound, name
         assert A.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.15), name
         assert torch.equal(lin.lora_B, torch.zeros_like(lin.lora_B))
+    # the draw itself: nn.Linear's weight and bias, then A from the same generator (uninitialised memory, which
+    # can hold a freed weight of the same shape, would pass the statistics above)
+    torch.manual_seed(3)
+    lin = dq.LoRALinear(32, 16, True, 4, 2.0)
+    torch.manual_seed(3)
+    ref = torch.nn.Linear(32, 16)
+    A = torch.empty(4, 32)
+    torch.nn.init.uniform_(A, -1 / math.sqrt(32), 1 / math.sqrt(32))  # kaiming_uniform_(a=sqrt(5)): bound 1/sqrt(in)
+    assert torch.equal(lin.weight, ref.weight) and torch.equal(lin.bias, ref.bias)
+    torch.testing.assert_close(lin.lora_A, A, rtol=0, atol=1e-7)
 
 
 def n_params(c):

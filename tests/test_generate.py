@@ -158,13 +158,17 @@ def test_top_k_keeps_exactly_the_k_most_likely_tokens():
                                           (de, lambda c: de.Model(de.Config(vocab_size=V, block_size=8, head=c)))])
 def test_bad_arguments_fail_in_one_line(module, make):
     idx = tokens((2, 3))
-    with pytest.raises(ValueError, match="head lm"):
-        make("cls").generate(idx, 2)
+    for n_new in (2, 0):                                     # no new token asked: still the wrong model
+        with pytest.raises(ValueError, match="head lm"):
+            make("cls").generate(idx, n_new)
     with pytest.raises(ValueError, match="head lm"):         # the recurrent API checks too
         module.prefill(make("cls"), idx)
     with pytest.raises(ValueError, match=r"\(B, L\) token ids"):
         module.prefill(make("lm"), idx[0])
-    _, state = module.prefill(make("lm"), idx)
+    lm = make("lm").eval()
+    logits, _ = module.prefill(lm, idx[:, :1])               # a one-token prompt is a prompt
+    torch.testing.assert_close(logits, lm(idx[:, :1])[0][:, -1])
+    _, state = module.prefill(lm, idx)
     for bad in (idx[:, :2], idx[:, 0], idx[:1, :1, None]):    # two tokens a row; no token axis; a third axis
         with pytest.raises(ValueError, match=r"one token per row, \(B, 1\)"):
             module.decode(make("lm"), bad, state)

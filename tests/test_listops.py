@@ -296,6 +296,8 @@ def test_setting_options_and_cache_names():
     (dict(listops_sizes="10,0,10"), "--listops_sizes 10,0,10 must be three positive"),
     (dict(listops_sizes="10,10"), "--listops_sizes expects TRAIN,VAL,TEST"),
     (dict(listops_depth=3, listops_args="2,2", listops_len="10,20"), "no tree has 10 < length < 20"),
+    (dict(listops_depth=3, listops_args="3,4", listops_len="0,5"),           # [OP a b c] has 5 tokens; 2 + 4 (2 + 4) at most
+     r"no tree has 0 < length < 5 with --listops_depth 3 and --listops_args 3,4 \(lengths 5 to 26 are possible\)"),
     (dict(listops_depth=2, listops_args="2,3", listops_len="3,5"), r"the setting \(depth 2, 2-3 arguments, 3 < "
                                                                    r"length < 5, 96000/2000/2000 trees\) has only about"),
     (dict(listops_args="2,2", listops_len="1000,1100"), "no tree of 1000 < length < 1100 in 20,000 draws"),
@@ -500,19 +502,24 @@ def test_top_of_a_tree():
     tree = "( ( ( ( ( [SM 4 ) ( ( ( [MIN 3 ) 8 ) ] ) ) 1 ) ( ( ( [MAX 9 ) 9 ) ] ) ) ] )"
     assert data.listops_top(data.listops_tokens(tree)) == (3, (1, 4), 2)
     assert data.listops_subtree_values(data.listops_tokens(tree)) == [3, 9]
+    nested = "( ( ( ( [MAX 2 ) ( ( ( ( [MIN 7 ) ( ( ( [SM 1 ) 2 ) ] ) ) 8 ) ] ) ) 0 ) ] )"   # MIN(7, SM(1, 2), 8)
+    assert data.listops_subtree_values(data.listops_tokens(nested)) == [3]
     assert data.listops_top(data.listops_tokens("( ( ( [MED 7 ) 2 ) ] )")) == (2, (2, 7), 0)
     assert data.listops_top(np.array([8])) == (None, (7,), 0) and data.listops_subtree_values([8]) == []
 
 
 @pytest.mark.parametrize("op", [0, 1, 2, 3])
 def test_top_digits_posterior_agrees_with_enumeration(op):
-    q = np.array([0.3, 0.05, 0.0, 0.1, 0.15, 0.02, 0.08, 0.1, 0.05, 0.15])
     fn = OPS[list(OPS)[op]]
-    for digits, m in (((), 1), ((4,), 1), ((1, 8), 2), ((), 3), ((0, 2, 9), 3), ((5,), 2), ((3, 3, 6, 6), 1)):
+    cases = (((), 1), ((4,), 1), ((1, 8), 2), ((), 3), ((0, 2, 9), 3), ((5,), 2), ((3, 3, 6, 6), 1))
+    qs = (np.array([0.3, 0.05, 0.0, 0.1, 0.15, 0.02, 0.08, 0.1, 0.05, 0.15]),
+          np.array([0.5, 0.0, 0.5] + [0.0] * 7))            # no draw above 2: P(draw >= v) = 0 for v >= 3
+    for q, (digits, m) in itertools.product(qs, cases):
         want = np.zeros(10)
         for xs in itertools.product(range(10), repeat=m):    # every value of the hidden subtrees
             want[fn(list(digits) + list(xs))] += np.prod(q[list(xs)])
-        got = data.listops_top_digits_posterior(op, digits, m, q)
+        with np.errstate(all="raise"):                      # no 0/0 where no draw can reach a value
+            got = data.listops_top_digits_posterior(op, digits, m, q)
         np.testing.assert_allclose(got, want, atol=1e-12, err_msg=str((op, digits, m)))
     assert data.listops_top_digits_posterior(op, (2, 7), 0, q).tolist() == np.eye(10)[fn([2, 7])].tolist()
 
