@@ -327,12 +327,11 @@ def resolve(args, given, config_names, preset=None):
     presets = PRESETS[args.preset or defaults["preset"]]
     if preset is None:
         preset = preset_for(presets, model, task)
-    unknown = set(preset) - set(defaults) - set(config_names)
+    unknown = (set(preset) - set(defaults) - set(config_names)) | (set(preset) & {"model", "task", "preset"})
     assert not unknown, f"preset for {model}/{task} sets unknown fields {unknown}"
-    for name in defaults:
+    for name in defaults:                                    # (model and task too: given, or the defaults)
         if name not in given:
             setattr(args, name, preset.get(name, defaults[name]))
-    args.model, args.task = model, task
     overrides = {k: v for k, v in preset.items() if k in config_names}
     overrides.update({k: getattr(args, k) for k in config_names if k in given})
     return overrides

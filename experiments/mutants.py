@@ -223,6 +223,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("file", help="a source file of the repository, e.g. simpletron.py")
     p.add_argument("--tests", nargs="+", default=["tests"], help="what pytest runs (default: tests)")
+    p.add_argument("--then", nargs="+", default=None,
+                   help="tests the survivors of --tests run against next (e.g. tests: the whole suite), so that a "
+                        "quick first pass over the module's own tests is enough for most mutants")
     p.add_argument("--functions", default="", help="regular expression on function names (default: all)")
     p.add_argument("--n", type=int, default=50, help="mutants drawn (default 50; 0: all)")
     p.add_argument("--seed", type=int, default=0, help="which mutants are drawn (default 0)")
@@ -253,7 +256,8 @@ def main(argv=None):
         sys.exit(f"error: no mutants in {path} (check --functions)")
     out = a.out or os.path.join(ROOT, "out", "mutants", f"{os.path.basename(path)[:-3]}-{a.seed}.jsonl")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    print(f"{path}: {len(drawn)} of {len(pool)} mutants, tests: {' '.join(a.tests)}", flush=True)
+    print(f"{path}: {len(drawn)} of {len(pool)} mutants, tests: {' '.join(a.tests)}"
+          + (f", then {' '.join(a.then)}" if a.then else ""), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         folders = []
         for j in range(a.jobs):                             # one copy of the repository per job
@@ -264,7 +268,11 @@ def main(argv=None):
         def job(m):
             folder = free.pop()
             try:
-                return run_one(m, folder, path, original, a.tests, a.timeout)
+                r = run_one(m, folder, path, original, a.tests, a.timeout)
+                if not r["killed"] and a.then:
+                    again = run_one(m, folder, path, original, a.then, a.timeout)
+                    r = {**again, "seconds": round(r["seconds"] + again["seconds"], 1)}
+                return r
             finally:
                 free.append(folder)
         results = []

@@ -3,6 +3,7 @@ on a hand-worked case, and train.py --init_from_bert end to end on a tiny BERT f
 
 import json
 import math
+import re
 import sys
 
 import pytest
@@ -275,6 +276,12 @@ def test_train_init_from_bert_bad_input_is_one_line(tmp_path, monkeypatch):
     assert "n_embd is BERT's own" in run("--init_from_bert", folder, "--n_embd", "32")
     assert "n_layer 5" in run("--init_from_bert", folder, "--n_layer", "5")
     weights = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    raw = (folder / "pytorch_model.bin").read_bytes()
+    (folder / "pytorch_model.bin").write_bytes(raw[:len(raw) // 2])          # a download cut in half
+    msg = run("--init_from_bert", folder)
+    assert re.fullmatch(rf"--init_from_bert: cannot read {re.escape(str(folder / 'pytorch_model.bin'))} "
+                        r"\((OSError|RuntimeError): .+\)", msg)   # torch's own reason, in one line
+    (folder / "pytorch_model.bin").write_bytes(raw)
     torch.save({**weights, "note": 3}, folder / "pytorch_model.bin")          # a value that is not a tensor
     assert "is not a state dict of tensors" in run("--init_from_bert", folder)
     torch.save([weights], folder / "pytorch_model.bin")                      # not a dict

@@ -261,6 +261,17 @@ def test_devices_that_are_not_here_and_folders_that_cannot_be_written(monkeypatc
         with pytest.raises(train.UsageError) as e:
             train.main([*argv, "--cache_dir", str(tmp_path / "c")])
         one_line(e, words)
+    (tmp_path / "exe").write_text("x")
+    (tmp_path / "exe").chmod(0o777)                         # a file anyone may write and run is still no folder
+    (tmp_path / "ro").mkdir()                               # a folder this user may not write in (root may: faked)
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: real_access(p, mode) and os.path.abspath(p) != str(tmp_path / "ro"))
+    for flag in ("--out_dir", "--cache_dir"):
+        for parent in ("exe", "ro"):
+            with pytest.raises(train.UsageError) as e:
+                train.main([flag, str(tmp_path / parent / "run"), *(["--cache_dir", str(tmp_path / "c")]
+                                                                      if flag == "--out_dir" else [])])
+            one_line(e, f"{flag} {tmp_path / parent / 'run'}: {tmp_path / parent} is not a folder this run can write in")
 
 
 class Foreign:                                               # a pickled object: never loaded from a checkpoint

@@ -4,6 +4,7 @@ import contextlib
 import json
 import math
 import os
+import time
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -89,8 +90,11 @@ def test_resume_after_a_crash_past_the_checkpoint_logs_each_step_once(lra, tmp_p
 
 def test_metrics_checkpoint_and_eval_on_other_data(lra, tmp_path):
     out = tmp_path / "run"
+    t0 = time.time()
     m = run("--data_dir", lra, *TINY, "--max_iters", "4", "--out_dir", out)
+    wall = time.time() - t0
     saved = json.loads((out / "metrics.json").read_text())
+    assert 0 < saved["train_seconds"] <= saved["seconds"] <= wall   # this run's seconds, training's among them
     for key in ("test_acc", "test_loss", "val_acc", "val_loss", "n_test", "n_val", "iters", "seconds",
                 "tokens_per_s", "config"):
         assert key in saved, key
