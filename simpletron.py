@@ -507,10 +507,10 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None):
     model.eval()
     try:
         state = None
-        for i in range(max_new_tokens):
+        for _ in range(max_new_tokens):
             if state is None or state.t == block_size:      # the prompt, or a full window: (re)build the state
                 context = idx[:, -block_size:]               # from the last block_size tokens
-                logits, state = prefill(model, context, context.shape[1] + max_new_tokens - i)
+                logits, state = prefill(model, context, context.shape[1] + max_new_tokens)  # capped at block_size
             else:                                            # one token: constant cost (SimpleTRON)
                 logits = decode(model, idx[:, -1:], state)
             idx = torch.cat([idx, sample_next(logits, temperature, top_k)], dim=1)

@@ -167,6 +167,8 @@ def test_bad_arguments_fail_in_one_line(module, make):
         module.prefill(make("lm"), idx[0])
     lm = make("lm").eval()
     logits, _ = module.prefill(lm, idx[:, :1])               # a one-token prompt is a prompt
+    with pytest.raises(ValueError, match="L >= 1"):           # an empty one is not
+        module.prefill(lm, idx[:, :0])
     torch.testing.assert_close(logits, lm(idx[:, :1])[0][:, -1])
     _, state = module.prefill(lm, idx)
     for bad in (idx[:, :2], idx[:, 0], idx[:1, :1, None]):    # two tokens a row; no token axis; a third axis
@@ -251,6 +253,14 @@ def test_transject_running_sums_equal_the_prefix_form(sigma):
         assert state.z is None
     torch.testing.assert_close(state.n, mask.sum(1, keepdim=True).double())
     torch.testing.assert_close(state.s[0], X.sum(1), rtol=1e-11, atol=1e-11)   # layer 1 reads X0
+
+
+@pytest.mark.parametrize("name", ["simpletron-res-post", "gpt", "diffeqformer-rk4"])
+def test_a_states_capacity_is_capped_at_block_size(name):
+    model = MODELS[name]()
+    for capacity, want in ((None, BLOCK), (5, 5), (BLOCK, BLOCK), (10 * BLOCK, BLOCK)):
+        _, state = model.prefill(tokens((1, 3)), capacity=capacity)
+        assert state.capacity == want, capacity
 
 
 def test_state_sizes_do_not_grow_for_the_recurrent_models():
