@@ -303,6 +303,25 @@ def test_embedding_is_semi_orthogonal_and_concatenates_positions(vocab):
     torch.testing.assert_close(X0[1, t, 32 + 2 * i:32 + 2 * i + 2], torch.stack([angle.sin(), angle.cos()]))
 
 
+@pytest.mark.parametrize("vocab", [10000, 40, 5])          # k = 32: V >> k, V slightly above k, V < k
+def test_embedding_starts_as_a_turned_haar_matrix(vocab):
+    """At init E/c = Y, a Haar-distributed (n+m) x n matrix turned on the right until its top n x n block is symmetric
+    positive semi-definite: turning keeps every row's norm, so the top rows' squared norms average n/(n+m) as the
+    bottom rows' do (not the far smaller norms of a Cayley map of a random B)."""
+    torch.manual_seed(1)
+    model = tj.Model(config(vocab_size=vocab, n_embd=64))
+    E = model.embed.weight().double() / model.embed.c
+    Y = E.T if vocab < 32 else E                             # (n + m, n)
+    n, N = Y.shape[1], Y.shape[0]
+    torch.testing.assert_close(Y.T @ Y, torch.eye(n, dtype=DT), atol=1e-5, rtol=0)
+    Y1 = Y[:n]
+    torch.testing.assert_close(Y1, Y1.T, atol=1e-5, rtol=0)                      # symmetric ...
+    assert torch.linalg.eigvalsh((Y1 + Y1.T) / 2).min() >= -1e-5                 # ... positive semi-definite
+    rows = Y.pow(2).sum(-1)                                  # the squared row norms, n/N on average
+    assert rows[:n].mean().item() == pytest.approx(n / N, rel=0.35)
+    assert rows[n:].mean().item() == pytest.approx(n / N, rel=0.35)
+
+
 def test_position_encoding_with_numbers():
     """d = 16, k = 8: the frequencies are 1, 1/10, 1/100, 1/1000 (10000^(2i/8) = 1, 10, 100, 1000)."""
     model = tj.Model(config(n_embd=16))
