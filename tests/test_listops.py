@@ -246,14 +246,47 @@ def test_generation_merges_chunks_in_order_whatever_the_processes(monkeypatch):
     kw = dict(seed=3, min_len=20, max_len=200, chunk=10, progress=False)
     serial = data.generate_listops(35, processes=1, **kw)
     fork = multiprocessing.get_context("fork")               # the pool's workers forked, not spawned: the same
-    monkeypatch.setattr(multiprocessing, "get_context", lambda method: fork)   # work without ~10 s of imports
+    pools = []                                               # work without ~10 s of imports
+
+    class Context:
+        def Pool(self, k):
+            pools.append(k)
+            return fork.Pool(k)
+    monkeypatch.setattr(multiprocessing, "get_context", lambda method: (pools.append(method), Context())[1])
     assert data.generate_listops(35, processes=2, **kw) == serial
+    assert pools == ["spawn", 2]                             # 2 workers (35 // 10 + 2 = 5 chunks a round)
+    data.generate_listops(10, processes=2, **kw)             # one chunk is enough: no pool
+    assert pools == ["spawn", 2]
+    data.generate_listops(15, processes=8, **kw)             # no more workers than chunks a round (15 // 10 + 2)
+    assert pools == ["spawn", 2, "spawn", 3]
     reference = {}
     for i in range(5):                                       # chunk i is drawn from seed (3, i)
         for s, v in data.listops_chunk(((3, i), 10, 20, 200)):
             reference.setdefault(s, v)
     assert serial == list(reference.items())[:35] and len(serial) == 35
     assert data.generate_listops(35, processes=1, **{**kw, "seed": 4}) != serial
+
+
+def test_generation_shows_its_progress_over_chunks(monkeypatch):
+    import tqdm
+    bars = []
+
+    class Bar:
+        def __init__(self, total, disable, **kw):
+            bars.append({"total": total, "disable": disable, "n": 0})
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def update(self, k):
+            bars[-1]["n"] += k
+    monkeypatch.setattr(tqdm, "tqdm", Bar)
+    data.generate_listops(35, seed=3, min_len=20, max_len=200, chunk=10, processes=1)
+    data.generate_listops(30, seed=3, min_len=20, max_len=200, chunk=10, processes=1, progress=False)
+    assert bars == [{"total": 4, "disable": False, "n": 4}, {"total": 3, "disable": True, "n": 3}]   # ceil(n / chunk)
 
 
 def test_a_chunk_gives_up_after_a_run_of_draws_without_a_new_tree(monkeypatch):
