@@ -939,3 +939,11 @@ def test_train_finetune_with_other_steps_and_lora(ptb, tmp_path):
     with pytest.raises(train.UsageError, match="needs --init_from CKPT"):                    # nor without a source
         train.main(["--model", "diffeqformer", *common, *tiny_flags, "--steps", "2", "--out_dir", str(tmp_path / "z")])
     assert os.path.exists(ft / "metrics.json")
+
+
+def test_config_defaults():
+    """What Model(Config()) builds (train.py"s presets override them): a change here changes every user"s model."""
+    assert dataclasses.asdict(dq.Config()) == dict(vocab_size=32, block_size=1024, n_layer=4,
+        n_head=4, n_embd=128, dropout=0.0, bias=True, head="lm", n_classes=10, style="gpt",
+        weights="temporal", time_dim=20, time_freqs=128, method="euler", checkpointing=False,
+        discrete=False, lora_r=0, lora_scale=1.0)

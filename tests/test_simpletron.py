@@ -4,6 +4,7 @@ the attention functions, every Block wiring of Table 1 under every norm, the who
 positions, heads, loss), the Orthogonal Transformer's weights, attention transfer, parameter counts from the
 papers' formulas, which parameters receive gradient, and the O(L) cost counted in FLOPs."""
 
+import dataclasses
 import math
 
 import pytest
@@ -709,3 +710,12 @@ def test_config_rejects_bad_values():
         with pytest.raises(ValueError, match=name):
             st.Config(**{name: "nope"})
     st.Config(n_embd=12, n_head=4, head="match", attention="softmax", norm="rezero", variant="vanilla")   # accepted
+
+
+def test_config_defaults():
+    """What Model(Config()) builds (train.py"s presets override them): a change here changes every user"s model."""
+    assert dataclasses.asdict(st.Config()) == dict(vocab_size=32, block_size=2000, n_layer=4,
+        n_head=4, n_embd=128, dropout=0.1, bias=True, head="cls", n_classes=10, attention="simple",
+        variant="res", norm="post", orthogonal=False, mlp_ratio=4, freeze_qkv=False,
+        layer_norm_eps=1e-05, emb_norm=False, final_norm=True, learned_cls=True, mlp_hidden=0,
+        checkpointing=False)

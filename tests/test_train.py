@@ -528,3 +528,34 @@ def test_every_step_and_process_has_its_own_dropout_seed():
     seeds = [train.step_seed(seed, it, rank) for seed in range(4) for it in range(3000) for rank in range(4)]
     assert len(set(seeds)) == len(seeds)                     # no two (seed, step, process) share their masks
     assert train.step_seed(0, 0, 0) == 0 and train.step_seed(2, 5, 1) == 2 * 1_000_003 + 5 + 2 ** 40
+
+
+def resolved(*argv):
+    args, given, names = train.parse_args(list(argv))
+    overrides = train.resolve(args, given, names)
+    return {**vars(args), **overrides}
+
+
+@pytest.mark.parametrize("model, task, want", [
+    # SimpleTRON Table 3: ListOps 6 blocks, 8 heads, 512, lr 0.005, warm-up 1000, 15k steps; classification 4 blocks,
+    # 4 heads, 256, lr 0.05, warm-up 8000, 20k steps; retrieval 128 wide, 15k steps; batch 32, rsqrt schedule
+    ("simpletron", "listops", dict(n_layer=6, n_head=8, n_embd=512, lr=0.005, warmup=1000, max_iters=15_000,
+                                   batch_size=32, weight_decay=0.1, dropout=0.1, schedule="rsqrt", variant="res")),
+    ("softmax", "text", dict(n_layer=4, n_head=4, n_embd=256, lr=0.05, warmup=8000, max_iters=20_000,
+                             variant="vanilla", schedule="rsqrt")),
+    ("simpletron", "retrieval", dict(n_layer=4, n_head=4, n_embd=128, lr=0.05, warmup=8000, max_iters=15_000)),
+    # TransJect B.1: IMDb / AG News L 6, E 4, d 512, length 512, batch 32, Adam 5e-4 (0.9, 0.98, 1e-9); LRA L 2,
+    # d 512, 50k steps, lr 1e-4, warm-up 1000; PTB L 6, 35 tokens, lr 0.01
+    ("transject", "agnews", dict(n_layer=6, n_experts=4, n_embd=512, block_size=512, batch_size=32, lr=5e-4,
+                                 beta2=0.98, eps=1e-9, weight_decay=0.0, pool="mean", max_iters=112_500)),
+    ("transject", "listops", dict(n_layer=2, n_embd=512, lr=1e-4, warmup=1000, max_iters=50_000, pool="max")),
+    ("transject", "ptb", dict(n_layer=6, n_embd=512, block_size=35, lr=0.01, batch_size=32)),
+    # DiffEqFormer Table 3 / C.4-C.5: GPT-small 12 x 768 x 12 heads, d_t 20, S 128, beta2 0.95, weight decay 0.1,
+    # 1% warm-up, cosine to 0.1 lr, clip 1.0
+    ("diffeqformer", "openwebtext", dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, time_dim=20,
+                                         time_freqs=128, beta2=0.95, weight_decay=0.1, min_lr=0.1, grad_clip=1.0,
+                                         max_iters=100_000, warmup=1000, schedule="cosine")),
+])
+def test_the_paper_preset_is_the_papers_numbers(model, task, want):
+    got = resolved("--model", model, "--task", task, "--preset", "paper")
+    assert {k: got[k] for k in want} == want

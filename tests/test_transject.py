@@ -5,6 +5,7 @@ loss; parameter counts and which parameters receive gradient; the distance bound
 ascent, for cls/match and its failure in the causal lm form; causality, padding, determinism, training through
 train.py; and the TransJect paper's baselines in simpletron.py."""
 
+import dataclasses
 import json
 import math
 
@@ -913,3 +914,10 @@ def test_orthogonal_transformer_weights_are_orthogonal_blocks():
         opt.zero_grad()
         loss.backward()
         opt.step()
+
+
+def test_config_defaults():
+    """What Model(Config()) builds (train.py"s presets override them): a change here changes every user"s model."""
+    assert dataclasses.asdict(tj.Config()) == dict(vocab_size=32, block_size=2000, n_layer=2,
+        n_head=1, n_embd=64, dropout=0.1, bias=True, head="cls", n_classes=10, n_experts=4,
+        sigma="learned", sigma_loss_weight=0.1, pool="mean", checkpointing=False)
