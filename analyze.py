@@ -227,7 +227,7 @@ def activation_factor(X0, Xl, mask=None):
     if mask is not None:
         pair = pair & mask[:, :, None] & mask[:, None, :]
     pair = pair & (d0 > 0)
-    ratio = torch.where(pair, dl / d0.clamp_min(1e-300), torch.zeros_like(d0))
+    ratio = torch.where(pair, dl / torch.where(pair, d0, 1.0), 0.0)   # no 0/0 in the pairs left out
     return ratio.sum((1, 2)) / pair.sum((1, 2)).clamp_min(1)
 
 
@@ -249,7 +249,7 @@ def _kde_entropy(x):                                         # x (M, n) -> (M,)
     iqr = (q[1] - q[0]) / 1.349
     spread = torch.where(iqr > 0, torch.minimum(std, iqr), std)
     h = 0.9 * spread * n ** -0.2                             # (M,)
-    hh = h.clamp_min(1e-300)[:, None, None]
+    hh = torch.where(h > 0, h, 1.0)[:, None, None]           # h = 0 (all samples equal): -inf below
     z = (x[:, :, None] - x[:, None, :]) / hh                 # (M, n, n)
     logk = (-0.5 * z ** 2).masked_fill(torch.eye(n, dtype=torch.bool, device=x.device), -math.inf)  # leave one out
     logp = torch.logsumexp(logk, dim=-1) - math.log(n - 1) - torch.log(hh[:, 0]) - 0.5 * math.log(2 * math.pi)
