@@ -936,13 +936,14 @@ def test_train_finetune_with_other_steps_and_lora(ptb, tmp_path):
                 "--block_size", "16", "--max_iters", "1", "--out_dir", str(other)])
     with pytest.raises(train.UsageError, match="needs --init_from CKPT, a checkpoint of the DiffEqFormer ODE"):
         train.main(["--init_from", str(other / "ckpt.pt"), *common, "--steps", "2", "--out_dir", str(tmp_path / "y")])
-    with pytest.raises(train.UsageError, match="needs --init_from CKPT"):                    # nor without a source
-        train.main(["--model", "diffeqformer", *common, *tiny_flags, "--steps", "2", "--out_dir", str(tmp_path / "z")])
+    for flags in (["--steps", "2"], ["--lora_rank", "2"], ["--steps", "2", "--lora_rank", "2"]):   # nor without a source
+        with pytest.raises(train.UsageError, match="needs --init_from CKPT"):
+            train.main(["--model", "diffeqformer", *common, *tiny_flags, *flags, "--out_dir", str(tmp_path / "z")])
     assert os.path.exists(ft / "metrics.json")
 
 
 def test_config_defaults():
-    """What Model(Config()) builds (train.py"s presets override them): a change here changes every user"s model."""
+    """What Model(Config()) builds (train.py's presets override them): a change here changes every user's model."""
     assert dataclasses.asdict(dq.Config()) == dict(vocab_size=32, block_size=1024, n_layer=4,
         n_head=4, n_embd=128, dropout=0.0, bias=True, head="lm", n_classes=10, style="gpt",
         weights="temporal", time_dim=20, time_freqs=128, method="euler", checkpointing=False,

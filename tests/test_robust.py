@@ -241,6 +241,8 @@ def test_a_missing_split_is_an_error_but_an_evaluation_uses_what_is_there(tmp_pa
     (["--device", "tpu"], "--device tpu: allowed is auto, cpu"), (["--task", "imdb", "--tokenizer", "bpe"], "--tokenizer 'bpe'"),
     (["--eval_only"], "--eval_only needs --init_from"), (["--model", "transject", "--n_experts", "0"], "--n_experts 0"),
     (["--variant", "resx"], "variant must be one of"),
+    (["--model", "diffeqformer", "--steps", "2"], "--steps N [--lora_rank r] needs --init_from CKPT"),
+    (["--model", "diffeqformer", "--lora_rank", "2"], "--steps N [--lora_rank r] needs --init_from CKPT"),
 ])
 def test_flags_are_checked_before_any_data_is_read(argv, words, monkeypatch, tmp_path):
     monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))

@@ -713,7 +713,7 @@ def test_config_rejects_bad_values():
 
 
 def test_config_defaults():
-    """What Model(Config()) builds (train.py"s presets override them): a change here changes every user"s model."""
+    """What Model(Config()) builds (train.py's presets override them): a change here changes every user's model."""
     assert dataclasses.asdict(st.Config()) == dict(vocab_size=32, block_size=2000, n_layer=4,
         n_head=4, n_embd=128, dropout=0.1, bias=True, head="cls", n_classes=10, attention="simple",
         variant="res", norm="post", orthogonal=False, mlp_ratio=4, freeze_qkv=False,

@@ -483,6 +483,10 @@ def test_progress_lines_every_log_interval_and_at_the_end(lra, tmp_path, capsys)
     shown = [float(line.split("| loss ")[1].split()[0]) for line in lines]
     means = [(logged[1] + logged[2]) / 2, (logged[3] + logged[4]) / 2, logged[5]]
     assert shown == pytest.approx(means, abs=6e-5), (shown, means)
+    # the last line's speed is the run's: tokens per second of training, in thousands (k tok/s)
+    metrics = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    rate = float(lines[-1].split(" | ")[-2].removesuffix("k tok/s"))
+    assert rate == pytest.approx(metrics["tokens_per_s"] / 1e3, abs=0.051)
 
 
 def test_an_out_dir_with_a_checkpoint_decides_the_model_only_with_resume(lra, tmp_path):

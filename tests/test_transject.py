@@ -917,7 +917,7 @@ def test_orthogonal_transformer_weights_are_orthogonal_blocks():
 
 
 def test_config_defaults():
-    """What Model(Config()) builds (train.py"s presets override them): a change here changes every user"s model."""
+    """What Model(Config()) builds (train.py's presets override them): a change here changes every user's model."""
     assert dataclasses.asdict(tj.Config()) == dict(vocab_size=32, block_size=2000, n_layer=2,
         n_head=1, n_embd=64, dropout=0.1, bias=True, head="cls", n_classes=10, n_experts=4,
         sigma="learned", sigma_loss_weight=0.1, pool="mean", checkpointing=False)
