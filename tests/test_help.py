@@ -42,6 +42,7 @@ def test_help_of_the_main_command_and_its_time_limit(capsys):
     t = help_text(capsys, "--model", "simpletron", "--task", "listops")
     assert (shown(t, "max_iters"), shown(t, "lr"), shown(t, "short_steps"), shown(t, "time_limit"),
             shown(t, "out_dir")) == ("1500", "0.0005", "400", "13.5", "out/simpletron-listops")
+    assert shown(t, "lr_decay_iters") == "max_iters = 1500"    # unset: the cosine decays over the whole run
     t = help_text(capsys, "--model", "softmax", "--task", "ptb")
     assert (shown(t, "n_layer"), shown(t, "norm"), shown(t, "variant"), shown(t, "time_limit")) == \
         ("4", "pre", "vanilla", "none")
