@@ -710,6 +710,11 @@ class Distributed:
         return flag.item() > 0
 
 
+def per_second(count, seconds):
+    """A rate; 0 before any time has passed (a resumed run that has no step left)."""
+    return count / seconds if seconds > 0 else 0.0
+
+
 def seconds_left(steps_left, seconds, steps):
     """The time the remaining steps take at the pace of the last `steps` steps, which took `seconds`."""
     return steps_left * seconds / steps
@@ -991,7 +996,7 @@ def main(argv=None):
                          ("seconds", time.time() - t0)):
                 window[k] += v
             if it % args.log_interval == 0 or it == args.max_iters:
-                rate = tokens / max(t_train, 1e-9)
+                rate = per_second(tokens, t_train)
                 eta = seconds_left(args.max_iters - it, window["seconds"], window["steps"])
                 acc = f" | acc {window['correct'] / window['count']:.3f}" if window["count"] else ""
                 print(f"step {it}/{args.max_iters} | loss {window['loss'] / window['steps']:.4f}{acc}"
@@ -1020,7 +1025,7 @@ def main(argv=None):
         print(f"gate {name}: {g['start']:+.3f} -> {g['value']:+.3f}, {100 * g['used']:.0f}% of the "
               f"{g['budget']:.2f} its learning rate allowed")
     return final_metrics({"iters": it, "stopped": stopped, "seconds": time.time() - t_start,
-                          "train_seconds": t_train, "tokens_per_s": tokens / max(t_train, 1e-9),
+                          "train_seconds": t_train, "tokens_per_s": per_second(tokens, t_train),
                           "n_params": n_params, "gates": gates})
 
 

@@ -509,6 +509,7 @@ def test_resume_says_where_it_resumes(lra, tmp_path, capsys):
 
 
 def test_eta_at_the_pace_of_the_last_steps():
+    assert train.per_second(300, 1.5) == 200.0 and train.per_second(300, 0.0) == 0.0
     assert train.seconds_left(90, 20.0, 10) == 180.0         # 10 steps in 20 s: 90 more take 180 s
     assert train.seconds_left(0, 5.0, 4) == 0.0
 
