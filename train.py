@@ -715,6 +715,17 @@ def per_second(count, seconds):
     return count / seconds if seconds > 0 else 0.0
 
 
+def build_every_split(task, eval_only, n_train):
+    """Every split the run reads, built in full (a sharded split: all its shards, cached), so that under torchrun
+    rank 0 makes them before the other processes read its cache: test and val, and train (its first n_train
+    examples) unless the run only evaluates."""
+    for name in ("train", "val", "test"):
+        if task.has(name) and not (name == "train" and eval_only):
+            split = task.split(name)
+            split = split.subset(n_train) if name == "train" and n_train is not None else split
+            getattr(split, "full", lambda: None)()
+
+
 def seconds_left(steps_left, seconds, steps):
     """The time the remaining steps take at the pace of the last `steps` steps, which took `seconds`."""
     return steps_left * seconds / steps
@@ -815,11 +826,8 @@ def main(argv=None):
                               tokenizer=args.tokenizer, **{k: getattr(args, k) for k in LISTOPS_FLAGS},
                               **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
         task.open(training=not args.eval_only)               # every split the run uses, loaded and checked now
-        for name in ("train", "val", "test") if dist.on else ():   # torchrun: every split made and cached now
-            if task.has(name) and not (name == "train" and args.eval_only):
-                split = task.split(name)
-                split = split.subset(args.n_train) if name == "train" and args.n_train is not None else split
-                getattr(split, "full", lambda: None)()       # a sharded split: all its shards
+        if dist.on:                                          # torchrun: every split made and cached now
+            build_every_split(task, args.eval_only, args.n_train)
         return task
     task = dist.rank0_first(load_data)                       # rank 0 first, then the others read its cache
     head = {"cls": "cls", "match": "match", "lm": "lm"}[task.kind]

@@ -564,3 +564,35 @@ def resolved(*argv):
 def test_the_paper_preset_is_the_papers_numbers(model, task, want):
     got = resolved("--model", model, "--task", task, "--preset", "paper")
     assert {k: got[k] for k in want} == want
+
+
+def test_torchrun_builds_every_split_the_run_reads_in_full():
+    built = []
+
+    class Split:
+        def __init__(self, name):
+            self.name = name
+
+        def subset(self, n):
+            return Split(f"{self.name}[:{n}]")
+
+        def full(self):
+            built.append(self.name)
+
+    class Task:
+        def __init__(self, *names):
+            self.names = names
+
+        def has(self, name):
+            return name in self.names
+
+        def split(self, name):
+            return Split(name) if name != "val" else object()       # a split that is not sharded: nothing to build
+
+    for task, eval_only, n_train, want in ((Task("train", "val", "test"), False, None, ["train", "test"]),
+                                           (Task("train", "val", "test"), False, 50, ["train[:50]", "test"]),
+                                           (Task("train", "val", "test"), True, 50, ["test"]),
+                                           (Task("train"), False, None, ["train"]), (Task("test"), False, 7, ["test"])):
+        built.clear()
+        train.build_every_split(task, eval_only, n_train)
+        assert built == want, (task.names, eval_only, n_train)
