@@ -154,8 +154,6 @@ def test_from_bert_keeps_the_first_layers_and_positions():
 
 def test_from_bert_refuses_what_it_cannot_load():
     sd = bert_state_dict()
-    with pytest.raises(ValueError, match="n_layer 3"):
-        st.from_bert(sd, CONFIG, n_layer=3)
     with pytest.raises(ValueError, match="n_embd is BERT's own"):
         st.from_bert(sd, CONFIG, n_embd=32)
     with pytest.raises(ValueError, match="hidden_act"):
@@ -167,8 +165,16 @@ def test_from_bert_refuses_what_it_cannot_load():
     for bad in (dict(head="lm"), dict(norm="pre"), dict(orthogonal=True)):   # each alone is refused
         with pytest.raises(ValueError, match="post-LN encoder"):
             st.from_bert(sd, CONFIG, **bad)
-    with pytest.raises(ValueError, match="block_size 9999"):
-        st.from_bert(sd, CONFIG, block_size=9999)
+    P_max = CONFIG["max_position_embeddings"]
+    for bad in (0, P_max + 1, 9999):                          # 1 to max_position_embeddings positions
+        with pytest.raises(ValueError, match=f"block_size {bad}: this BERT has {P_max} positions"):
+            st.from_bert(sd, CONFIG, block_size=bad)
+    for n in (1, P_max):                                     # both ends kept: the [CLS] alone, every position
+        assert st.from_bert(sd, CONFIG, block_size=n).config.block_size == n
+    for n in (0, 3):
+        with pytest.raises(ValueError, match=f"n_layer {n}: this BERT has 2 layers"):
+            st.from_bert(sd, CONFIG, n_layer=n)
+    assert st.from_bert(sd, CONFIG, n_layer=1).config.n_layer == 1
 
 
 # ----------------------------------------------------------------------------------------------

@@ -186,6 +186,25 @@ def test_bad_arguments_fail_in_one_line(module, make):
     assert model.training                                    # generate leaves the model in its own mode
 
 
+@pytest.mark.parametrize("make", [
+    lambda: shaken(st.Model(st.Config(vocab_size=V, block_size=BLOCK, n_layer=2, n_head=2, n_embd=16, head="lm",
+                                      dropout=0.5))),
+    lambda: shaken(tj.Model(tj.Config(vocab_size=V, block_size=BLOCK, n_layer=2, n_embd=16, head="lm", dropout=0.5))),
+    lambda: shaken(de.Model(de.Config(vocab_size=V, block_size=BLOCK, n_layer=2, n_head=2, n_embd=16, time_dim=4,
+                                      time_freqs=8, head="lm", dropout=0.5)))])
+def test_generation_uses_no_dropout_whatever_the_mode(make):
+    model = make().train()                                   # dropout 0.5, in training mode
+    idx = tokens((3, 4))
+    torch.manual_seed(0)
+    out = model.generate(idx, 6, top_k=1)
+    assert model.training                                    # the mode given back
+    model.eval()
+    ref = idx
+    for _ in range(6):
+        ref = torch.cat([ref, model(ref)[0][:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, ref)
+
+
 # ----------------------------------------------------------------------------------------------
 # recurrent states against the parallel forms, in float64
 
