@@ -395,6 +395,10 @@ def test_a_small_setting_is_generated_into_its_own_folder(tmp_path, capsys):
         data.write_listops_tsv(lra / f"basic_{s}.tsv", [("( ( ( [MAX 2 ) 9 ) ] )", 9)])
     task = data.load_task("listops", cache_dir=str(tmp_path))
     assert task.block_size == 2000 and task.split("test").labels.tolist() == [9]
+    # a folder left half-written (a run killed while generating): made again, in the folder that is there
+    (folder / "basic_test.tsv").unlink()
+    data.load_task("listops", cache_dir=str(tmp_path), **kw)
+    assert "generating" in capsys.readouterr().out and (folder / "basic_test.tsv").read_text().count("\n") == 10
 
 
 def test_split_sizes_of_the_lra_setting():
@@ -586,6 +590,7 @@ def test_baselines_on_a_hand_worked_split():
     split = data.ClassificationSplit(*_padded([data.listops_tokens(s) for s, _ in test]), [y for _, y in test])
     assert data.listops_baselines(train, test=split)["test"] == got["test"]     # a split of token ids
     assert data.listops_baselines(train, test=[])["test"] == {"majority": 0, "top_operator": 0, "top_digits": 0}
+    assert data.listops_baselines(train, test=test[:1])["test"] == {"majority": 0, "top_operator": 0, "top_digits": 1}
 
 
 def _padded(rows):
