@@ -99,6 +99,7 @@ def test_metrics_checkpoint_and_eval_on_other_data(lra, tmp_path):
                 "tokens_per_s", "config"):
         assert key in saved, key
     assert saved["n_test"] == 64 and saved["iters"] == 4 and saved["config"]["n_layer"] == 1
+    assert (out / "metrics.json").read_text().endswith("}\n")    # a text file: its last line ends
     assert saved == json.loads(json.dumps(m))
     assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl", "metrics.json"]   # no temporary file left
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
@@ -108,6 +109,7 @@ def test_metrics_checkpoint_and_eval_on_other_data(lra, tmp_path):
     other = write_listops(tmp_path / "other", 37, seed=2, splits=("test",))
     m2 = run("--init_from", out / "ckpt.pt", "--eval_only", "--data_dir", other, "--out_dir", tmp_path / "ev")
     assert m2["n_test"] == 37 and "val_acc" not in m2
+    assert 0 < m2["seconds"] < time.time() - t0 and m2["iters"] == 0
     # the same weights on the original test split give the original numbers
     m3 = run("--init_from", out / "ckpt.pt", "--eval_only", "--data_dir", lra, "--out_dir", tmp_path / "ev2")
     assert m3["test_acc"] == m["test_acc"] and m3["test_loss"] == pytest.approx(m["test_loss"], rel=1e-6)
@@ -245,6 +247,9 @@ def test_gate_report_budget_is_the_scale_times_the_sum_of_lr():
     assert train.gate_report(Gates(), {"a": 0.5}, args, 1)["a"]["budget"] == pytest.approx(0.015, rel=1e-12)
     assert train.gate_report(Gates(), {"a": 0.5}, args, 0)["a"] == {"start": 0.5, "value": pytest.approx(0.8),
                                                                     "budget": 0, "used": 0.0}
+    # no warm-up: lr at steps 1, 2 = cosine at progress 1/2 (0.55e-3) and 1 (0.1e-3); step 0 is never taken
+    args = schedule_args(lr=1e-3, warmup=0, max_iters=2, gate_lr_scale=30.0)
+    assert train.gate_report(Gates(), {"a": 0.5}, args, 2)["a"]["budget"] == pytest.approx(30 * 0.65e-3, rel=1e-12)
 
 
 class Lookup(torch.nn.Module):
@@ -506,6 +511,13 @@ def test_resume_says_where_it_resumes(lra, tmp_path, capsys):
     run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "o")
     run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "3")
     assert f"resuming {tmp_path / 'o'} at step 2" in capsys.readouterr().out
+    # a checkpoint that does not say how many processes wrote it: one, so its batch is kept as it is
+    ckpt = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)
+    del ckpt["world_size"]
+    torch.save(ckpt, tmp_path / "o" / "ckpt.pt")
+    run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
+    assert "processes of --batch_size" not in capsys.readouterr().out
+    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["args"]["batch_size"] == 4
 
 
 def test_eta_at_the_pace_of_the_last_steps():
