@@ -256,3 +256,23 @@ def test_any_is_true_everywhere_when_one_process_says_so():
         assert d.any(False) is want
     d.on = False
     assert d.any(True) is True and d.any(False) is False
+
+
+def test_the_process_group_calls_on_one_gloo_process(monkeypatch):
+    """Distributed's sums and votes through a real gloo group of one process (torchrun's variables set here)."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(k, v)
+    d = train.Distributed("cpu")
+    try:
+        assert d.on and d.master and d.world == 1
+        assert d.sum(100_000_001, 0.1, 3) == [100_000_001, 0.1, 3]   # summed in float64: no digit lost
+        assert d.any(True) and not d.any(False)
+        assert d._failed(True) and not d._failed(False)              # one process failed: all know
+        x = torch.arange(6).view(3, 2)
+        assert torch.equal(d.share(x), x)
+    finally:
+        torch.distributed.destroy_process_group()
