@@ -5,10 +5,13 @@ count how many of these one-line bugs the suite notices.
     python experiments/mutants.py simpletron.py --tests tests/test_simpletron.py --n 60
     python experiments/mutants.py data.py --functions 'listops|tree' --tests tests/test_listops.py
     python experiments/mutants.py train.py --n 100 --jobs 2        # every test file (the default)
+    python experiments/mutants.py train.py --tests tests/test_train.py --then tests   # survivors: the whole suite
 
 Mutants are drawn at random (--seed) from every statement inside the functions of FILE whose names match
---functions (a regular expression; default: all), never from strings, comments or docstrings:
-an operator swapped (+ -, * /, // /, < <=, > >=, == !=, += -=, % //, ** *), a name swapped (and or, True
+--functions (a regular expression; default: all), never from strings, comments or docstrings. Semantic ones
+(--kinds semantic): an operand of + - * / @ kept alone, a call dropped around its argument, a function or
+attribute for its neighbour, a call's two arguments swapped, a keyword left out (see semantic_mutants). Token
+ones (--kinds token): an operator swapped (+ -, * /, // /, < <=, > >=, == !=, += -=, % //, ** *), a name swapped (and or, True
 False, is / is not, min max, any all), `not` dropped, an integer changed (n -> n + 1; 1 -> 0 and 2), a float
 doubled, or a one-line assignment or call replaced by `pass`. A mutant that does not compile, or that leaves
 the line as it was (0.0 doubled), is never drawn. Each runs `pytest -x` on a copy of the repository in a
