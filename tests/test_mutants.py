@@ -63,3 +63,12 @@ def test_a_name_the_file_never_defines_is_not_drawn():
     source = "def f(x, i):\n    return x[i] + x0\n"                  # x0 is read, never defined: still a name
     got = {m["new"].strip() for m in mutants.mutants(source, kinds=("semantic",)) if "->" in m["kind"]}
     assert got == {"return x0[i] + x0", "return x[i] + x"}          # no j: the file has none
+
+
+def test_bad_options_are_one_line():
+    import pytest
+    for argv, words in ((["simpletron.py", "--kinds", "tokens"], "--kinds 'tokens'"),
+                        (["nothing.py"], "is not a Python file"), (["simpletron.py", "--n", "-1"], "--n must be")):
+        with pytest.raises(SystemExit) as e:
+            mutants.main(argv)
+        assert words in str(e.value) and "\n" not in str(e.value)
