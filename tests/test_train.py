@@ -608,3 +608,18 @@ def test_torchrun_builds_every_split_the_run_reads_in_full():
         built.clear()
         train.build_every_split(task, eval_only, n_train)
         assert built == want, (task.names, eval_only, n_train)
+
+
+def test_the_first_short_steps_train_on_prefixes(lra, tmp_path, monkeypatch):
+    import simpletron
+    lengths, forward = [], simpletron.Model.forward
+
+    def recording(self, idx, targets=None):
+        if self.training:
+            lengths.append(idx.shape[-1])
+        return forward(self, idx, targets)
+    monkeypatch.setattr(simpletron.Model, "forward", recording)
+    run("--data_dir", lra, *TINY, "--max_iters", "4", "--short_steps", "2", "--short_len", "5", "--eval_interval", "4",
+        "--out_dir", tmp_path / "o")
+    assert lengths[:2] == [5, 5] and len(lengths) == 4      # steps 1 and 2 on 5-token prefixes,
+    assert min(lengths[2:]) > 5                              # then whole trees (a batch as long as its longest)
