@@ -417,11 +417,23 @@ def remove_stale_temps(folder, recursive=False):
             remove_stale_temps(e.path, recursive)
 
 
-def atomic_write_text(path, text):
+def atomic_write(path, write, mode="wb"):
+    """Write `path` whole or not at all: write(f) fills path.tmp<pid>, which then replaces `path`. On any
+    error (a full disk: ENOSPC) the earlier file stays as it was, the temporary file is removed, and a
+    DataError names the path and the error."""
     tmp = temp_path(path)
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, mode) as f:
+            write(f)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise DataError(f"cannot write {path}: {e.strerror or e}; {path} is left as it was") from None
+
+
+def atomic_write_text(path, text):
+    atomic_write(path, lambda f: f.write(text), mode="w")
 
 
 def save_json(path, obj):

@@ -38,14 +38,8 @@ if int(os.environ.get("RANK", 0)):                          # torchrun: progress
 from tqdm import tqdm  # noqa: E402
 
 import data  # noqa: E402
-
-# model name -> (module, Config overrides that make it that model)
-MODELS = {
-    "simpletron": ("simpletron", {}),
-    "softmax": ("simpletron", {"attention": "softmax", "variant": "vanilla"}),  # Transformer / GPT baseline
-    "transject": ("transject", {}),
-    "diffeqformer": ("diffeqformer", {}),
-}
+from config import (MODELS, LIMITS, Parser, UsageError, check_value, model_module, pick_device,  # noqa: E402,F401
+                    to_bool)
 
 # Presets: (model, task) -> settings, "*" for every task. Keys are flags of train.py or Config fields.
 PAPER_LRA = dict(batch_size=32, weight_decay=0.1, dropout=0.1, schedule="rsqrt", norm="post", variant="res")
@@ -183,35 +177,9 @@ FLAGS = [
 LISTOPS_FLAGS = ("listops_depth", "listops_args", "listops_len", "listops_sizes")
 
 
-class UsageError(Exception):
-    pass
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):                                # one line, not a usage dump
-        raise UsageError(f"{message} (python train.py --help lists the flags)")
-
-
-def to_bool(s):
-    if s.lower() in ("1", "true", "yes", "on"):
-        return True
-    if s.lower() in ("0", "false", "no", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true or false, not {s!r}")
-
-
-def model_module(name):
-    if name not in MODELS:
-        raise UsageError(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}")
-    try:
-        return importlib.import_module(MODELS[name][0])
-    except ModuleNotFoundError as e:
-        raise UsageError(f"model {name!r} is not available here ({e})") from None
-
-
 def parse_args(argv):
     """Two passes: the first finds the model, whose Config fields then become flags too."""
-    first = Parser(add_help=False)
+    first = Parser(prog="train.py", add_help=False)
     first.add_argument("--model", default="simpletron")
     first.add_argument("--resume", type=to_bool, nargs="?", const=True, default=False)
     first.add_argument("--out_dir")
@@ -229,7 +197,7 @@ def parse_args(argv):
     config_fields = dataclasses.fields(module.Config)
     shown = help_values(model_name, known.task, known.preset, known.listops_len)
 
-    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="train.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, typ, default, help in FLAGS:
         if typ is bool:
             p.add_argument(f"--{name}", type=to_bool, nargs="?", const=True, default=None,
@@ -335,46 +303,6 @@ def resolve(args, given, config_names, preset=None):
     overrides = {k: v for k, v in preset.items() if k in config_names}
     overrides.update({k: getattr(args, k) for k in config_names if k in given})
     return overrides
-
-
-# What every flag and Config field allows, checked before any data is read: name -> (test, what is allowed).
-# Floats must also be finite. Fields that a model's Config checks itself (choices, n_embd % n_head) are left to it.
-AT_LEAST = {n: (lambda v, lo=lo: isinstance(v, int) and v >= lo, f"an integer >= {lo}") for lo, names in (
-    (0, ("warmup", "short_steps", "lora_rank", "lora_r", "attn_std_interval")),
-    (1, ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval", "short_len", "steps",
-         "lr_decay_iters", "n_train", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio", "n_experts",
-         "time_dim", "time_freqs")),
-    (2, ("vocab_size",))) for n in names}
-LIMITS = {
-    **AT_LEAST,
-    "n_classes": (lambda v: isinstance(v, int) and (v == 0 or v >= 2), "an integer >= 2 (0: a language model)"),
-    "seed": (lambda v: 0 <= v < 2**32, "an integer from 0 to 2**32 - 1"),
-    "lr": (lambda v: v >= 0, "a number >= 0"),
-    "eps": (lambda v: v > 0, "a number > 0"),
-    "lora_alpha": (lambda v: v > 0, "a number > 0"),
-    "time_limit": (lambda v: v > 0, "a number of minutes > 0"),
-    "min_lr": (lambda v: 0 <= v <= 1, "a fraction of lr from 0 to 1"),
-    "beta1": (lambda v: 0 <= v < 1, "a number from 0 to 1 (1 excluded)"),
-    "beta2": (lambda v: 0 <= v < 1, "a number from 0 to 1 (1 excluded)"),
-    "dropout": (lambda v: 0 <= v < 1, "a probability from 0 to 1 (1 excluded)"),
-    **{n: (lambda v: v >= 0, "a number >= 0") for n in ("weight_decay", "grad_clip", "gate_lr_scale",
-                                                          "sigma_loss_weight")},
-    "schedule": (lambda v: v in ("rsqrt", "cosine"), "rsqrt or cosine"),
-    "device": (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v), "auto, cpu, cuda, cuda:N or mps"),
-    **{n: (lambda v: v.strip() != "", "a path") for n in ("out_dir", "data_dir", "cache_dir", "init_from",
-                                                            "transfer_from")},
-}
-
-
-def check_value(name, value):
-    """A UsageError naming the flag (or Config field), its value and what is allowed, if the value is bad."""
-    test, allowed = LIMITS.get(name, (lambda v: True, "a finite number"))
-    try:
-        ok = value is None or (not isinstance(value, float) or math.isfinite(value)) and bool(test(value))
-    except TypeError:                                        # e.g. a string where a checkpoint should have a number
-        ok = False
-    if not ok:
-        raise UsageError(f"--{name} {value if value != '' else repr(value)}: allowed is {allowed}")
 
 
 def check_args(args):
@@ -528,9 +456,7 @@ def build_model(model_name, config_dict):
 
 
 def save_checkpoint(path, state):
-    tmp = data.temp_path(path)                               # what a killed write leaves, the next run removes
-    torch.save(state, tmp)
-    os.replace(tmp, path)                                    # atomic: a crash never leaves half a file
+    data.atomic_write(path, lambda f: torch.save(state, f))  # a crash or a full disk never leaves half a file
 
 
 def learning_rate(args, step):                              # step counts from 1
@@ -796,8 +722,7 @@ def main(argv=None):
     args.out_dir = args.out_dir or os.path.join("out", f"{args.model}-{args.task}")
 
     check_args(args)                                         # every flag, before any data is read
-    if args.device == "auto":
-        args.device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    args.device = pick_device(args.device)
     device = args.device
     dist = Distributed(device)                               # torchrun's processes, or this one alone
     if ckpt is not None and ckpt.get("world_size", 1) != dist.world and not batch_given:
