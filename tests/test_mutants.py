@@ -1,9 +1,9 @@
-"""experiments/mutants.py: the one-line mutants it draws from a source, written out by hand for a small case."""
+"""dev/mutants.py: the one-line mutants it draws from a source, written out by hand for a small case."""
 
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "dev"))
 import mutants  # noqa: E402
 
 SOURCE = '''def f(a, b):

@@ -2,10 +2,10 @@
 Mutation testing, the small way: change one token or delete one line of a source file, run the tests, and
 count how many of these one-line bugs the suite notices.
 
-    python experiments/mutants.py simpletron.py --tests tests/test_simpletron.py --n 60
-    python experiments/mutants.py data.py --functions 'listops|tree' --tests tests/test_listops.py
-    python experiments/mutants.py train.py --n 100 --jobs 2        # every test file (the default)
-    python experiments/mutants.py train.py --tests tests/test_train.py --then tests   # survivors: the whole suite
+    python dev/mutants.py simpletron.py --tests tests/test_simpletron.py --n 60
+    python dev/mutants.py data.py --functions 'listops|tree' --tests tests/test_listops.py
+    python dev/mutants.py train.py --n 100 --jobs 2        # every test file (the default)
+    python dev/mutants.py train.py --tests tests/test_train.py --then tests   # survivors: the whole suite
 
 Mutants are drawn at random (--seed) from every statement inside the functions of FILE whose names match
 --functions (a regular expression; default: all), never from strings, comments or docstrings. Semantic ones
