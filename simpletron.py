@@ -330,19 +330,37 @@ class Model(nn.Module):
         """Continue each row of idx (B, L) by max_new_tokens sampled tokens: (B, L + max_new_tokens).
         nanoGPT's semantics (logits of the last position / temperature, top_k, softmax, multinomial; top_k=1 is
         greedy), computed recurrently (SimpleTRON) or with a KV cache (softmax); in eval mode, no dropout."""
-        return generate(self, idx, max_new_tokens, temperature, top_k)
+        check_generation(self, idx, "idx", temperature, top_k)
+        was_training, block_size = self.training, self.config.block_size
+        self.eval()
+        try:
+            state = None
+            for _ in range(max_new_tokens):
+                if state is None or state.t == block_size:  # the prompt, or a full window: (re)build the state
+                    context = idx[:, -block_size:]           # from the last block_size tokens
+                    logits, state = self.prefill(context, context.shape[1] + max_new_tokens)  # capped at block_size
+                else:                                        # one token: constant cost (SimpleTRON)
+                    logits = self.decode(idx[:, -1:], state)
+                idx = torch.cat([idx, sample_next(logits, temperature, top_k)], dim=1)
+        finally:
+            self.train(was_training)
+        return idx
 
     @torch.no_grad()
     def prefill(self, idx, capacity=None):
         """Read a prompt idx (B, L) in the parallel form: (logits of its last position (B, V), the state).
         capacity: the most tokens the state will hold (the KV cache's size; default block_size)."""
-        return prefill(self, idx, capacity)
+        check_generation(self, idx)
+        state = GenerationState(self, capacity)
+        return read_tokens(self, idx, state), state
 
     @torch.no_grad()
     def decode(self, idx_next, state):
         """One more token per row, idx_next (B, 1), after the state's tokens: its logits (B, V); the state
         is updated in place."""
-        return decode(self, idx_next, state)
+        if idx_next.dim() != 2 or idx_next.shape[1] != 1:
+            raise ValueError(f"decode takes one token per row, (B, 1), not {tuple(idx_next.shape)}")
+        return read_tokens(self, idx_next, state)
 
 
 @torch.no_grad()
@@ -379,12 +397,13 @@ def transfer_attention(source, target):
 
 
 class GenerationState:
-    """What generation keeps between tokens. t: the tokens read so far (their positions 0..t-1);
-    layers[l]: simple attention {"S": (B, H, d, d)}, softmax {"K", "V": (B, H, capacity, d), first t filled};
-    weights[l]: the layer's maps with their weights made once (see frozen)."""
+    """What generation keeps between tokens. t: the tokens read so far (their positions 0..t-1); capacity: the
+    most it will hold (default, and at most, block_size); layers[l]: simple attention {"S": (B, H, d, d)},
+    softmax {"K", "V": (B, H, capacity, d), first t filled}; weights[l]: the layer's maps with their weights made
+    once (see frozen)."""
 
     def __init__(self, model, capacity):
-        self.t, self.capacity = 0, capacity
+        self.t, self.capacity = 0, min(capacity or model.config.block_size, model.config.block_size)
         self.layers = [{} for _ in model.blocks]
         self.weights = [frozen(block) for block in model.blocks]
 
@@ -465,24 +484,17 @@ def read_tokens(model, idx, state):
     return model.lm_head(model.ln_f(x[:, -1]))               # (B, V)
 
 
-def check_lm(model):
+def check_generation(model, idx, name="the prompt", temperature=1.0, top_k=None):
+    """The one-line errors of generate and prefill: a language model, nanoGPT's sampling settings, and token
+    ids idx (B, L) with L >= 1 (name: what the message calls idx)."""
     if model.config.head != "lm":
         raise ValueError(f"generation needs a language model (head lm), not head {model.config.head}")
-
-
-def prefill(model, idx, capacity=None):
-    check_lm(model)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, not {temperature} (top_k=1 is greedy)")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1 or None, not {top_k}")
     if idx.dim() != 2 or idx.shape[1] < 1:
-        raise ValueError(f"the prompt must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
-    capacity = min(capacity or model.config.block_size, model.config.block_size)
-    state = GenerationState(model, capacity)
-    return read_tokens(model, idx, state), state
-
-
-def decode(model, idx_next, state):
-    if idx_next.dim() != 2 or idx_next.shape[1] != 1:
-        raise ValueError(f"decode takes one token per row, (B, 1), not {tuple(idx_next.shape)}")
-    return read_tokens(model, idx_next, state)
+        raise ValueError(f"{name} must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
 
 
 def sample_next(logits, temperature=1.0, top_k=None):
@@ -493,30 +505,6 @@ def sample_next(logits, temperature=1.0, top_k=None):
         v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
         logits = logits.masked_fill(logits < v[:, [-1]], -math.inf)
     return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
-
-
-def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None):
-    check_lm(model)
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, not {temperature} (top_k=1 is greedy)")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be at least 1 or None, not {top_k}")
-    if idx.dim() != 2 or idx.shape[1] < 1:
-        raise ValueError(f"idx must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
-    was_training, block_size = model.training, model.config.block_size
-    model.eval()
-    try:
-        state = None
-        for _ in range(max_new_tokens):
-            if state is None or state.t == block_size:      # the prompt, or a full window: (re)build the state
-                context = idx[:, -block_size:]               # from the last block_size tokens
-                logits, state = prefill(model, context, context.shape[1] + max_new_tokens)  # capped at block_size
-            else:                                            # one token: constant cost (SimpleTRON)
-                logits = decode(model, idx[:, -1:], state)
-            idx = torch.cat([idx, sample_next(logits, temperature, top_k)], dim=1)
-    finally:
-        model.train(was_training)
-    return idx
 
 
 # ----------------------------------------------------------------------------------------------

@@ -318,19 +318,37 @@ class Model(nn.Module):
         """Continue each row of idx (B, L) by max_new_tokens sampled tokens: (B, L + max_new_tokens).
         nanoGPT's semantics (logits of the last position / temperature, top_k, softmax, multinomial; top_k=1 is
         greedy), computed recurrently from running sums for Σ_t and λ_t; in eval mode, no dropout."""
-        return generate(self, idx, max_new_tokens, temperature, top_k)
+        check_generation(self, idx, "idx", temperature, top_k)
+        was_training, block_size = self.training, self.config.block_size
+        self.eval()
+        try:
+            state = None
+            for _ in range(max_new_tokens):
+                if state is None or state.t == block_size:  # the prompt, or a full window: (re)build the state
+                    context = idx[:, -block_size:]           # from the last block_size tokens
+                    logits, state = self.prefill(context, context.shape[1] + max_new_tokens)  # capped at block_size
+                else:                                        # one token: constant cost
+                    logits = self.decode(idx[:, -1:], state)
+                idx = torch.cat([idx, sample_next(logits, temperature, top_k)], dim=1)
+        finally:
+            self.train(was_training)
+        return idx
 
     @torch.no_grad()
     def prefill(self, idx, capacity=None):
         """Read a prompt idx (B, L) in the prefix-sum form: (logits of its last position (B, V), the state).
         capacity is the interface's (the KV cache size of other models); the state here has a fixed size."""
-        return prefill(self, idx, capacity)
+        check_generation(self, idx)
+        state = GenerationState(self)
+        return read_tokens(self, idx, state), state
 
     @torch.no_grad()
     def decode(self, idx_next, state):
         """One more token per row, idx_next (B, 1), after the state's tokens: its logits (B, V); the state
         is updated in place."""
-        return decode(self, idx_next, state)
+        if idx_next.dim() != 2 or idx_next.shape[1] != 1:
+            raise ValueError(f"decode takes one token per row, (B, 1), not {tuple(idx_next.shape)}")
+        return read_tokens(self, idx_next, state)
 
     # for analyze.py (figures 5 and 7 of the paper)
     @torch.no_grad()
@@ -448,23 +466,17 @@ def read_tokens(model, idx, state):
     return model.lm_head(X[:, -1])                           # (B, V)
 
 
-def check_lm(model):
+def check_generation(model, idx, name="the prompt", temperature=1.0, top_k=None):
+    """The one-line errors of generate and prefill: a language model, nanoGPT's sampling settings, and token
+    ids idx (B, L) with L >= 1 (name: what the message calls idx)."""
     if model.config.head != "lm":
         raise ValueError(f"generation needs a language model (head lm), not head {model.config.head}")
-
-
-def prefill(model, idx, capacity=None):
-    check_lm(model)
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, not {temperature} (top_k=1 is greedy)")
+    if top_k is not None and top_k < 1:
+        raise ValueError(f"top_k must be at least 1 or None, not {top_k}")
     if idx.dim() != 2 or idx.shape[1] < 1:
-        raise ValueError(f"the prompt must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
-    state = GenerationState(model)
-    return read_tokens(model, idx, state), state
-
-
-def decode(model, idx_next, state):
-    if idx_next.dim() != 2 or idx_next.shape[1] != 1:
-        raise ValueError(f"decode takes one token per row, (B, 1), not {tuple(idx_next.shape)}")
-    return read_tokens(model, idx_next, state)
+        raise ValueError(f"{name} must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
 
 
 def sample_next(logits, temperature=1.0, top_k=None):
@@ -475,26 +487,3 @@ def sample_next(logits, temperature=1.0, top_k=None):
         v, _ = torch.topk(logits, min(top_k, logits.size(-1)))
         logits = logits.masked_fill(logits < v[:, [-1]], -math.inf)
     return torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
-
-
-def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None):
-    check_lm(model)
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, not {temperature} (top_k=1 is greedy)")
-    if top_k is not None and top_k < 1:
-        raise ValueError(f"top_k must be at least 1 or None, not {top_k}")
-    if idx.dim() != 2 or idx.shape[1] < 1:
-        raise ValueError(f"idx must be (B, L) token ids with L >= 1, not of shape {tuple(idx.shape)}")
-    was_training, block_size = model.training, model.config.block_size
-    model.eval()
-    try:
-        state = None
-        for i in range(max_new_tokens):
-            if state is None or state.t == block_size:      # the prompt, or a full window: (re)build the state
-                logits, state = prefill(model, idx[:, -block_size:])   # from the last block_size tokens
-            else:                                            # one token: constant cost
-                logits = decode(model, idx[:, -1:], state)
-            idx = torch.cat([idx, sample_next(logits, temperature, top_k)], dim=1)
-    finally:
-        model.train(was_training)
-    return idx

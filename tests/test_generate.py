@@ -153,27 +153,27 @@ def test_top_k_keeps_exactly_the_k_most_likely_tokens():
     assert torch.equal(model.generate(idx[:2], 0), idx[:2])  # no new token: the prompt itself
 
 
-@pytest.mark.parametrize("module, make", [(st, lambda c: st.Model(st.Config(vocab_size=V, block_size=8, head=c))),
-                                          (tj, lambda c: tj.Model(tj.Config(vocab_size=V, block_size=8, head=c))),
-                                          (de, lambda c: de.Model(de.Config(vocab_size=V, block_size=8, head=c)))])
-def test_bad_arguments_fail_in_one_line(module, make):
+@pytest.mark.parametrize("make", [lambda c: st.Model(st.Config(vocab_size=V, block_size=8, head=c)),
+                                  lambda c: tj.Model(tj.Config(vocab_size=V, block_size=8, head=c)),
+                                  lambda c: de.Model(de.Config(vocab_size=V, block_size=8, head=c))])
+def test_bad_arguments_fail_in_one_line(make):
     idx = tokens((2, 3))
     for n_new in (2, 0):                                     # no new token asked: still the wrong model
         with pytest.raises(ValueError, match="head lm"):
             make("cls").generate(idx, n_new)
     with pytest.raises(ValueError, match="head lm"):         # the recurrent API checks too
-        module.prefill(make("cls"), idx)
+        make("cls").prefill(idx)
     with pytest.raises(ValueError, match=r"\(B, L\) token ids"):
-        module.prefill(make("lm"), idx[0])
+        make("lm").prefill(idx[0])
     lm = make("lm").eval()
-    logits, _ = module.prefill(lm, idx[:, :1])               # a one-token prompt is a prompt
+    logits, _ = lm.prefill(idx[:, :1])                       # a one-token prompt is a prompt
     with pytest.raises(ValueError, match="L >= 1"):           # an empty one is not
-        module.prefill(lm, idx[:, :0])
+        lm.prefill(idx[:, :0])
     torch.testing.assert_close(logits, lm(idx[:, :1])[0][:, -1])
-    _, state = module.prefill(lm, idx)
+    _, state = lm.prefill(idx)
     for bad in (idx[:, :2], idx[:, 0], idx[:1, :1, None]):    # two tokens a row; no token axis; a third axis
         with pytest.raises(ValueError, match=r"one token per row, \(B, 1\)"):
-            module.decode(make("lm"), bad, state)
+            make("lm").decode(bad, state)
     model = make("lm").train()
     for kw in (dict(temperature=0.0), dict(top_k=0)):
         with pytest.raises(ValueError):
