@@ -487,42 +487,6 @@ def test_cluster_number_and_spread_by_hand():
                                torch.tensor([[0.6, 0.8]], dtype=F64))
 
 
-def test_flop_count_of_matmuls_and_attention_backward():
-    a, b = torch.randn(3, 4), torch.randn(4, 5)
-    assert analyze.count_flops(lambda: a @ b) == 2 * 3 * 4 * 5
-    assert analyze.count_flops(lambda: torch.randn(2, 3, 4) @ torch.randn(2, 4, 6)) == 2 * 2 * 3 * 4 * 6
-    B, H, L, d = 2, 2, 16, 8
-    q = torch.randn(B, H, L, d, requires_grad=True)
-    for causal, frac in ((False, 1.0), (True, (L + 1) / (2 * L))):
-        # forward Q K^T, P V; backward Q K^T again (recomputed), dV = P^T dO, dP = dO V^T, dQ = dS K, dK = dS^T Q:
-        # 7 products of 2 B H L^2 d flops; a causal kernel computes (L + 1) / 2L of each
-        flops = analyze.count_flops(
-            lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=causal).sum().backward())
-        assert flops == 7 * 2 * B * H * L * L * d * frac, causal
-
-
-# ----------------------------------------------------------------------------------------------
-# Speed: FLOPs and memory
-
-def test_flop_count_of_attention_on_cpu():
-    B, H, L, d = 2, 4, 64, 16
-    q = torch.randn(B, H, L, d)
-    full = analyze.count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q))
-    assert full == 4 * B * H * L * L * d                    # Q K^T and P V: 2 flops per multiply-add
-    causal = analyze.count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True))
-    assert causal == full * (L + 1) / (2 * L)
-
-
-@pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
-def test_peak_memory_sees_a_step_again_and_again():
-    def step():
-        a = torch.ones(10 * 2 ** 20 // 4)                    # 10 MiB, then 20 MiB alive at once
-        b = a * 2
-        return (a + b).sum()
-    measured = [analyze.peak_memory(step, "cpu") for _ in range(3)]
-    assert all(25 <= m <= 45 for m in measured), measured   # a, b and a + b: 30 MiB at the peak
-
-
 # ----------------------------------------------------------------------------------------------
 # Command line
 
@@ -554,9 +518,6 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
              ("lyapunov", "--ckpt", ckpt),                      # not a DiffEqFormer
              ("experts", "--ckpt", ckpt),                       # not a TransJect
              ("spectra",),                                      # no --ckpt
-             ("speed", "--models", "gpt5"),
-             ("speed", "--nanogpt", tmp_path / "nowhere.py"),
-             ("speed", "--nanogpt", os.path.join(ROOT, "simpletron.py")),   # inside the project
              ("cluster", "--degrees", "one,two"),
              ("cluster", "--weights", "ones"),
              ("spectra", "--ckpt", ckpt, "--bogus", "1")]
@@ -584,24 +545,6 @@ def test_spectra_and_activation_write_json_and_png(tmp_path):
         assert np.allclose(m["activation_factor"][0], 1.0)   # layer 0 against itself
     for name in ("spectra", "activation"):
         assert (out / f"{name}.png").stat().st_size > 10_000
-
-
-def test_speed_records(tmp_path):
-    out = tmp_path / "speed"
-    threads = torch.get_num_threads()
-    analyze.main(["speed", "--out", str(out), "--models", "simpletron,softmax", "--lengths", "32,64", "--repeats", "1",
-                  "--inner", "1", "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--threads", "1"])
-    assert torch.get_num_threads() == threads                 # restored
-    records = json.loads((out / "speed.json").read_text())
-    keys = {"model", "length", "mode", "ms", "peak_mem_mb", "tokens_per_s", "flops"}
-    main = [r for r in records if "config" not in r]
-    assert len(main) == 2 * 2 * 2 and all(keys <= set(r) for r in records)
-    assert {(r["model"], r["length"], r["mode"]) for r in main} == \
-        {(m, L, mode) for m in ("simpletron", "softmax") for L in (32, 64) for mode in ("train", "infer")}
-    assert all(r["ms"] > 0 and r["flops"] > 0 for r in records)
-    nano = [r for r in records if r.get("config") == "nanogpt-cpu"]
-    assert [(r["model"], r["length"], r["batch"]) for r in nano] == [("softmax", 64, 12)]
-    assert (out / "speed.png").exists() and "| model |" in (out / "speed.md").read_text()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 """Generation: model.generate of every model against repeated full forwards (greedy, logits, sampling), the
-recurrent states against the parallel forms, sample.py end to end, analyze.py speed --generate."""
+recurrent states against the parallel forms, sample.py end to end, bench.py --generate."""
 
 import io
 import json
@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-import analyze
+import bench
 import diffeqformer as de
 import sample
 import simpletron as st
@@ -401,12 +401,12 @@ def test_sample_py_textfile(tokenizer, tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------
-# analyze.py speed --generate (records, not times: no test is timed)
+# bench.py --generate (records, not times: no test is timed)
 
 def test_speed_generate_records(tmp_path):
     out = tmp_path / "speed"
-    analyze.main(["speed", "--out", str(out), "--lengths", "", "--generate", "--contexts", "8,24", "--new_tokens", "2",
-                  "--repeats", "1", "--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--vocab", "32", "--time_dim", "2"])
+    bench.main(["--out", str(out), "--lengths", "", "--generate", "--contexts", "8,24", "--new_tokens", "2",
+                "--repeats", "1", "--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--vocab", "32", "--time_dim", "2"])
     records = json.loads((out / "speed.json").read_text())
     assert {(r["model"], r["length"]) for r in records} == {(m, L) for m in train.MODELS for L in (8, 24)}
     assert all(r["mode"] == "generate" and r["ms"] > 0 and r["new_tokens"] == 2 for r in records)
@@ -423,14 +423,14 @@ def test_speed_generate_records(tmp_path):
 
 @pytest.mark.parametrize("values", [[31.0, 44.0], [0.9, 1.05], [3.0, 4000.0], [0.0123]])
 def test_log_axes_get_at_least_two_ticks_around_the_data(values):
-    fig, ax = analyze.plt.subplots()
+    fig, ax = bench.plt.subplots()
     ax.set_yscale("log")
-    analyze.log_ticks(ax, "y", values)
+    bench.log_ticks(ax, "y", values)
     ticks = ax.get_yticks()
     lo, hi = ax.get_ylim()
     assert len(ticks) >= 2 and lo <= min(values) and max(values) <= hi
     assert all(lo <= t <= hi for t in ticks)
-    analyze.plt.close(fig)
+    bench.plt.close(fig)
 
 
 @pytest.mark.parametrize("module", [st, tj, de])

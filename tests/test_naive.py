@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-import analyze
+import bench
 import simpletron
 
 
@@ -30,9 +30,9 @@ def test_naive_softmax_model_equals_the_sdpa_model(head):
 
 
 def test_speed_infer_only_times_the_three_models_of_table_4(tmp_path):
-    analyze.main(["speed", "--models", "transject,softmax,softmax_naive", "--head", "cls", "--n_embd", "16",
-                  "--n_layer", "1", "--n_head", "2", "--repeats", "1", "--infer_only", "--lengths", "16,32",
-                  "--out", str(tmp_path)])
+    bench.main(["--models", "transject,softmax,softmax_naive", "--head", "cls", "--n_embd", "16",
+                "--n_layer", "1", "--n_head", "2", "--repeats", "1", "--infer_only", "--lengths", "16,32",
+                "--out", str(tmp_path)])
     rows = json.load(open(tmp_path / "speed.json"))
     assert sorted((r["model"], r["mode"]) for r in rows if r["length"] == 16) == [
         ("softmax", "infer"), ("softmax_naive", "infer"), ("transject", "infer")]

@@ -382,12 +382,22 @@ def test_train_py_one_line_before_the_first_step_and_no_stale_checkpoint(tmp_pat
 
 @pytest.mark.parametrize("argv,words", [
     (["cluster", "--T", "nan"], "--T nan"), (["cluster", "--tokens", "1"], "--tokens 1: allowed is an integer >= 2"),
-    (["speed", "--batch", "0"], "--batch 0"), (["speed", "--lengths", "64,-2"], "--lengths 64,-2"),
-    (["spectra", "--grid", "-1"], "--grid -1"), (["speed", "--clock", "sundial"], "--clock sundial")])
+    (["spectra", "--grid", "-1"], "--grid -1")])
 def test_analyze_flags_are_checked_first(argv, words, tmp_path):
     import analyze
     with pytest.raises(analyze.UsageError) as e:
         analyze.main([*argv, "--out", str(tmp_path / "out")])
+    one_line(e, words)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--batch", "0"], "--batch 0"), (["--lengths", "64,-2"], "--lengths 64,-2"),
+    (["--clock", "sundial"], "--clock sundial")])
+def test_bench_flags_are_checked_first(argv, words, tmp_path):
+    import bench
+    with pytest.raises(bench.UsageError) as e:
+        bench.main([*argv, "--out", str(tmp_path / "out")])
     one_line(e, words)
     assert not (tmp_path / "out").exists()
 
