@@ -285,9 +285,7 @@ def load(path, device="cpu"):
     """(model, checkpoint) of a train.py checkpoint, in eval mode."""
     if path is None:
         raise UsageError("this subcommand needs --ckpt PATH (a ckpt.pt written by train.py)")
-    ckpt = train.load_checkpoint(path)                      # train.UsageError if missing or unreadable
-    if not isinstance(ckpt, dict) or not {"model_name", "config", "model"} <= set(ckpt):
-        raise UsageError(f"{path} is not a train.py checkpoint (no model_name, config, model)")
+    ckpt = train.load_checkpoint(path)                      # UsageError if missing, unreadable or not train.py's
     model = train.build_model(ckpt["model_name"], ckpt["config"])
     try:
         model.load_state_dict(ckpt["model"])

@@ -60,8 +60,7 @@ LIMITS = {
     "n_classes": (lambda v: isinstance(v, int) and (v == 0 or v >= 2), "an integer >= 2 (0: a language model)"),
     "seed": (lambda v: 0 <= v < 2**32, "an integer from 0 to 2**32 - 1"),
     "lr": (lambda v: v >= 0, "a number >= 0"),
-    "eps": (lambda v: v > 0, "a number > 0"),
-    "lora_alpha": (lambda v: v > 0, "a number > 0"),
+    **{n: (lambda v: v > 0, "a number > 0") for n in ("eps", "lora_alpha", "T", "temperature")},
     "time_limit": (lambda v: v > 0, "a number of minutes > 0"),
     "min_lr": (lambda v: 0 <= v <= 1, "a fraction of lr from 0 to 1"),
     "beta1": (lambda v: 0 <= v < 1, "a number from 0 to 1 (1 excluded)"),
@@ -73,12 +72,12 @@ LIMITS = {
     "device": (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v), "auto, cpu, cuda, cuda:N or mps"),
     **{n: (lambda v: v.strip() != "", "a path") for n in ("out_dir", "data_dir", "cache_dir", "init_from",
                                                             "transfer_from")},
-    # analyze.py and bench.py
-    **{n: (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0") for n in ("grid", "threads")},
+    # sample.py, analyze.py and bench.py
+    **{n: (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0") for n in ("grid", "threads", "max_new_tokens")},
     **{n: (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1") for n in (
-        "k", "n_seq", "max_len", "batch", "repeats", "inner", "new_tokens")},
+        "k", "n_seq", "max_len", "batch", "repeats", "inner", "new_tokens", "num_samples")},
     **{n: (lambda v: isinstance(v, int) and v >= 2, "an integer >= 2") for n in ("tokens", "vocab")},
-    "T": (lambda v: v > 0, "a number > 0"),
+    "top_k": (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0: all tokens, 1: greedy)"),
     "clock": (lambda v: v in ("wall", "cpu"), "wall or cpu"),
     "degrees": (lambda v: all(d.strip().isdigit() for d in v.split(",")), "integers >= 0 separated by commas"),
     "lengths": (lambda v: all(d.strip().isdigit() and int(d) > 0 for d in v.split(",") if d.strip()),

@@ -25,17 +25,9 @@ import torch
 
 import data
 import train
+from config import Parser, UsageError, check_value, pick_device
 
 WORD_HELP = "PTB is lower case, rare words are <unk> and numbers N"
-
-
-class UsageError(Exception):
-    """Bad input: printed as one line, exit status 2."""
-
-
-class Parser(argparse.ArgumentParser):
-    def error(self, message):                                # one line, not a usage dump
-        raise UsageError(f"{message} (python sample.py --help)")
 
 
 def parse(argv):
@@ -49,17 +41,11 @@ def parse(argv):
     p.add_argument("--top_k", type=int, default=200, help="sample from the k most likely tokens only; 1 is greedy "
                    "(default 200; 0: all)")
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cuda, mps or cpu")
+    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cuda, cuda:N, mps or cpu")
     p.add_argument("--data_dir", help="where the run's data is now, if it moved (rebuilds a word vocabulary)")
     args = p.parse_args(argv)
-    if args.num_samples < 1 or args.max_new_tokens < 0:
-        raise UsageError("--num_samples must be at least 1 and --max_new_tokens at least 0")
-    if not args.temperature > 0:
-        raise UsageError(f"--temperature must be > 0, not {args.temperature} (--top_k 1 is greedy)")
-    if args.top_k < 0:
-        raise UsageError(f"--top_k must be at least 1, or 0 for all tokens, not {args.top_k}")
-    if args.device not in ("auto", "cpu", "cuda", "mps") and not args.device.startswith("cuda:"):
-        raise UsageError(f"--device is auto, cpu, cuda or mps, not {args.device!r}")
+    for name, value in vars(args).items():                  # config.LIMITS: what each flag allows
+        check_value(name, value)
     return args
 
 
@@ -184,9 +170,7 @@ def tokenizer_of(ckpt, data_dir=None):
 def main(argv=None, out=sys.stdout):
     args = parse(sys.argv[1:] if argv is None else argv)
     prompt = read_prompt(args.start)
-    ckpt = train.load_checkpoint(args.ckpt)                  # train.UsageError if missing or unreadable
-    if not isinstance(ckpt, dict) or not {"model_name", "config", "model"} <= set(ckpt):
-        raise UsageError(f"{args.ckpt} is not a train.py checkpoint (no model_name, config, model)")
+    ckpt = train.load_checkpoint(args.ckpt)                  # UsageError if missing, unreadable or not train.py's
     head = ckpt["config"].get("head")
     if head != "lm":
         raise UsageError(f"{args.ckpt} is a classifier (head {head}, task {ckpt.get('args', {}).get('task')}); "
@@ -196,18 +180,14 @@ def main(argv=None, out=sys.stdout):
     if not ids:
         raise UsageError("--start is empty: give at least one token of text")
 
-    device = args.device
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    device = pick_device(args.device)
     model = train.build_model(ckpt["model_name"], ckpt["config"])
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
         raise UsageError(f"{args.ckpt}: the weights do not fit the model ({str(e).splitlines()[0]})") from None
     model.to(device).eval()
-    torch.manual_seed(args.seed)
-    if device.startswith("cuda"):
-        torch.cuda.manual_seed(args.seed)
+    torch.manual_seed(args.seed)                             # every device's generator, CUDA's too
     x = torch.tensor([ids], dtype=torch.long, device=device).repeat(args.num_samples, 1)   # (N, L)
     y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None)
     for row in y.tolist():
@@ -219,6 +199,6 @@ def main(argv=None, out=sys.stdout):
 if __name__ == "__main__":
     try:
         main()
-    except (UsageError, train.UsageError, data.DataError) as e:
+    except (UsageError, data.DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
