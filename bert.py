@@ -1,10 +1,13 @@
-"""BERT for the text tasks: a Hugging Face BERT folder's WordPiece (imdb and agnews with --tokenizer DIR). Imports
-data only, never tasks/ (tasks.text and tasks.sources import this file)."""
+"""BERT for the text tasks: a Hugging Face BERT folder's WordPiece (imdb and agnews with --tokenizer DIR), and its
+config.json and weights for train.py --init_from_bert DIR (the model file maps them: simpletron.from_bert). Imports
+data only, never tasks/ (tasks.text and tasks.sources import this file); every problem is a DataError."""
 
 import hashlib
+import json
 import os
 
 import numpy as np
+import torch
 
 from data import DataError, cached_dir, cls_task, id_dtype, load_json, one_line, save_arrays, save_json
 
@@ -82,3 +85,94 @@ def wordpiece_cls_task(name, cache_dir, key, read, folder, block_size, n_classes
         cached_dir(cache, build, f"{name}: tokenised with BERT's WordPiece")
     vocab_size = load_json(os.path.join(cache, "meta.json"))["vocab_size"]
     return cls_task(name, "cls", cache, vocab_size, block_size, n_classes, 0, splits)
+
+
+# ----------------------------------------------------------------------------------------------
+# train.py --init_from_bert DIR (SimpleTRON's Section 5.3): a Hugging Face BERT folder's config.json and weights,
+# read and checked here; simpletron.from_bert maps the weights onto the model.
+
+# the shape is BERT's; the training defaults are BERT's fine-tuning (Devlin et al. 2019, A.3: AdamW lr 5e-5,
+# batch 16, weight decay 0.01, 10% warm-up then decay; cosine to 0 here), 128 tokens
+BERT_FINETUNE = dict(lr=5e-5, batch_size=16, weight_decay=0.01, warmup=100, schedule="cosine", min_lr=0.0,
+                     max_iters=1000, eval_interval=250, block_size=128)
+BERT_FOLDER = ("a Hugging Face BERT folder: config.json, model.safetensors or pytorch_model.bin, vocab.txt or "
+               "tokenizer.json")
+BERT_PIP = "--init_from_bert needs the safetensors and tokenizers packages: pip install safetensors tokenizers"
+
+
+def read_bert(args, given):
+    """--init_from_bert DIR: (config.json as a dict, the state dict). The task is then tokenised by DIR's WordPiece
+    (--tokenizer DIR). Every problem is one DataError, before any work."""
+    folder, model, task = args.init_from_bert, args.model or "simpletron", args.task or "listops"
+    if model not in ("simpletron", "softmax"):
+        raise DataError(f"--init_from_bert loads BERT into --model simpletron or softmax, not {model}")
+    if task not in WORDPIECE_TASKS:
+        raise DataError(f"--init_from_bert fine-tunes on the text tasks {', '.join(WORDPIECE_TASKS)}, not {task}")
+    for flag in ("init_from", "transfer_from", "steps", "eval_only"):
+        if flag in given and getattr(args, flag):
+            raise DataError(f"--init_from_bert starts a new run from BERT's weights: drop --{flag}")
+    if "tokenizer" in given and os.path.abspath(args.tokenizer) != os.path.abspath(folder):
+        raise DataError(f"--init_from_bert tokenises with {folder}'s own WordPiece: drop --tokenizer")
+    config = read_bert_config(folder)
+    if not any(os.path.isfile(os.path.join(folder, f)) for f in ("vocab.txt", "tokenizer.json")):
+        raise DataError(f"--init_from_bert {folder} has neither vocab.txt nor tokenizer.json; give {BERT_FOLDER}")
+    try:
+        import tokenizers  # noqa: F401  (the task's WordPiece, above)
+    except ImportError:
+        raise DataError(BERT_PIP) from None
+    state_dict = read_bert_weights(folder)
+    args.tokenizer = folder
+    given.add("tokenizer")
+    return config, state_dict
+
+
+def read_bert_config(folder):
+    """DIR/config.json, with the fields of BERT's shape."""
+    if not os.path.isdir(folder):
+        raise DataError(f"--init_from_bert {folder} is not a folder; give {BERT_FOLDER}")
+    try:
+        with open(os.path.join(folder, "config.json")) as f:
+            config = json.load(f)
+        need = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "max_position_embeddings")
+        missing = [k for k in need if k not in config]
+    except (OSError, ValueError, TypeError) as e:
+        raise DataError(f"--init_from_bert {folder}: cannot read config.json ({e}); give {BERT_FOLDER}") from None
+    if missing:
+        raise DataError(f"--init_from_bert {folder}: config.json has no {', '.join(missing)}: not a BERT config")
+    return config
+
+
+def read_bert_weights(folder):
+    """DIR/model.safetensors or, else, DIR/pytorch_model.bin: a state dict of tensors."""
+    path = os.path.join(folder, "model.safetensors")
+    try:
+        if os.path.isfile(path):
+            try:
+                import safetensors.torch
+            except ImportError:
+                raise DataError(BERT_PIP) from None
+            state_dict = safetensors.torch.load_file(path)
+        elif os.path.isfile(path := os.path.join(folder, "pytorch_model.bin")):
+            state_dict = torch.load(path, map_location="cpu", weights_only=True)
+        else:
+            raise DataError(f"--init_from_bert {folder} has neither model.safetensors nor pytorch_model.bin; "
+                            f"give {BERT_FOLDER}")
+    except DataError:
+        raise
+    except Exception as e:
+        raise DataError(f"--init_from_bert: cannot read {path} ({type(e).__name__}: {one_line(e, 200)})") from None
+    if not isinstance(state_dict, dict) or not all(isinstance(v, torch.Tensor) for v in state_dict.values()):
+        raise DataError(f"--init_from_bert: {path} is not a state dict of tensors")
+    return state_dict
+
+
+def bert_model(bert, overrides, device="cpu"):
+    """The model of --init_from_bert: BERT's weights (bert: read_bert's pair), Config overrides on top (the
+    model's own, e.g. attention="softmax", then the run's); on the meta device: a check alone."""
+    import simpletron
+    try:
+        with torch.device(device):
+            return simpletron.from_bert(bert[1], bert[0], **overrides)
+    except (TypeError, ValueError) as e:
+        raise DataError(f"--init_from_bert: {e}") from None

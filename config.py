@@ -1,14 +1,25 @@
 """
-Settings: the models, the flags, the presets, and every check of them, shared by train.py, sample.py,
-analyze.py and bench.py (one parser class, one error type, one limits table, one device choice).
+Settings: the models, train.py's flags and presets, what --help shows, and every check of them; the parser, the
+error type, the limits, the device choice and the checkpoint reader that sample.py, analyze.py and bench.py share.
+A run's settings are layered: the model's Config defaults < what the task fixes (vocabulary, length, head) < the
+preset (--preset cpu|paper: PRESETS, per model and task) < the flags given.
 """
 
 import argparse
+import dataclasses
 import importlib
+import inspect
 import math
+import os
+import pickle
 import re
+import warnings
 
 import torch
+
+import data
+import tasks  # noqa: F401  (registers every task in data.TASKS)
+from tasks.sources import check_tokenizer
 
 
 # model name -> (module, Config overrides that make it that model)
@@ -18,6 +29,7 @@ MODELS = {
     "transject": ("transject", {}),
     "diffeqformer": ("diffeqformer", {}),
 }
+
 
 class UsageError(Exception):
     """Bad input: printed as one line, exit status 2."""
@@ -96,10 +108,392 @@ def check_value(name, value):
         raise UsageError(f"--{name} {value if value != '' else repr(value)}: allowed is {allowed}")
 
 
-
-
 def pick_device(name):
     """--device auto: cuda, then mps, then cpu; any other name as it is."""
     if name != "auto":
         return name
     return "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+
+
+# ----------------------------------------------------------------------------------------------
+# train.py's flags: (name, type, default, help); the model's Config fields are flags too. A flag not given is None
+# until resolve() fills it from the preset or this default.
+
+FLAGS = [
+    ("model", str, "simpletron", "The model to train: " + ", ".join(MODELS) + "."),
+    ("task", str, "listops", "The task to train on: " + ", ".join(data.TASKS) + "."),
+    ("preset", str, "cpu", "The settings to start from: cpu (minutes on a CPU) or paper (the papers' own)."),
+    ("device", str, "auto", "Where to run: auto (cuda, then mps, then cpu), cuda, cuda:N, mps or cpu."),
+    ("max_iters", int, 1000, "How many optimiser steps to train for."),
+    ("batch_size", int, 16, "Examples per micro-batch."),
+    ("grad_accum", int, 1, "Micro-batches per step (the effective batch is batch_size * grad_accum)."),
+    ("lr", float, 1e-3, "The base learning rate."),
+    ("schedule", str, "cosine", "The learning-rate schedule: rsqrt (SimpleTRON: lr * min(1, s/warmup) / "
+                                "sqrt(max(s, warmup))) or cosine."),
+    ("warmup", int, 100, "Warm-up steps."),
+    ("min_lr", float, 0.1, "Cosine: the final learning rate, as a fraction of lr."),
+    ("lr_decay_iters", int, None, "Cosine: the steps over which the learning rate decays."),
+    ("weight_decay", float, 0.1, "AdamW's weight decay (matrices and embeddings only)."),
+    ("beta1", float, 0.9, "AdamW's beta1."),
+    ("beta2", float, 0.999, "AdamW's beta2."),
+    ("eps", float, 1e-8, "AdamW's epsilon."),
+    ("grad_clip", float, 1.0, "Clip the gradient's norm to this (0: no clipping)."),
+    ("gate_lr_scale", float, 30.0, "Scalar gates (TransJect's a_l, ReZero's alpha) learn at lr times this."),
+    ("eval_interval", int, 250, "Evaluate on val and write the checkpoint every this many steps."),
+    ("eval_iters", int, 20, "Batches of val to evaluate on during training (the end uses all of val and test)."),
+    ("log_interval", int, 10, "Print a progress line every this many steps."),
+    ("attn_std_interval", int, 0, "SimpleTRON and softmax: log each block's attention std on a fixed val batch "
+                                  "every this many steps (0: never; SimpleTRON's Fig. 5, analyze.py attnstd)."),
+    ("short_steps", int, 0, "Sequence-length warm-up: the first short_steps steps train on prefixes ..."),
+    ("short_len", int, 64, "... of short_len tokens (classification tasks; escapes the long early plateau)."),
+    ("time_limit", float, None, "Stop training after this many minutes (data preparation included)."),
+    ("out_dir", str, None, "Where to write ckpt.pt, log.jsonl and metrics.json."),
+    ("data_dir", str, None, "Read the task from the files in this folder instead of downloading or generating it."),
+    ("cache_dir", str, "data", "Where generated and downloaded data are kept."),
+    ("tokenizer", str, "gpt2", "BPE tasks: gpt2 (tiktoken), another tiktoken encoding, or byte."),
+    ("n_train", int, None, "Train on the first n training examples only (language models: tokens)."),
+    ("seed", int, 0, "The seed of the data order, the dropout and the initialisation."),
+    ("resume", bool, False, "Continue the run in out_dir from its ckpt.pt."),
+    ("init_from", str, None, "Start a new run from this checkpoint's weights (see --eval_only)."),
+    ("eval_only", bool, False, "With --init_from: evaluate on the task's val and test splits, then stop."),
+    ("init_from_bert", str, None, "Fine-tune a pretrained BERT (a Hugging Face folder) with a new classifier on "
+                                  "its [CLS] state: --model softmax (BERT) or simpletron; --task agnews or imdb."),
+    ("transfer_from", str, None, "With --model softmax: copy this SimpleTRON checkpoint's q/k/v, frozen."),
+    ("steps", int, None, "With --init_from a DiffEqFormer: fine-tune its discretisation with N Euler steps."),
+    ("lora_rank", int, 0, "With --steps: LoRA of this rank on every linear map, embeddings trained (0: none)."),
+    ("lora_alpha", float, None, "With --lora_rank: LoRA's alpha, its scale alpha / rank (none: alpha = rank)."),
+    ("compile", bool, False, "torch.compile the model."),
+    ("listops_depth", int, 10, "ListOps generator: the depth limit, operators only above it (LRA: 10)."),
+    ("listops_args", str, "2,10", "ListOps generator: MIN,MAX arguments per operator (LRA: 2,10)."),
+    ("listops_len", str, "500,2000", "ListOps generator: keep trees with MIN < length < MAX tokens, brackets not "
+                                     "counted (LRA: 500,2000); also the default block_size."),
+    ("listops_sizes", str, "96000,2000,2000", "ListOps generator: TRAIN,VAL,TEST numbers of trees."),
+]
+DEFAULTS = {name: default for name, _, default, _ in FLAGS}
+LISTOPS_FLAGS = ("listops_depth", "listops_args", "listops_len", "listops_sizes")
+
+# What each Config field means (--help): nanoGPT's common fields, then each model file's own, as commented there
+COMMON_FIELDS = {
+    "vocab_size": "token ids 0..vocab_size-1, id 0 is padding",
+    "block_size": "the longest input sequence, idx.shape[-1]",
+    "n_layer": "blocks, L",
+    "n_head": "attention heads; n_embd must be a multiple",
+    "n_embd": "the model's width d",
+    "dropout": "dropout probability on the residual branches",
+    "bias": "true or false: biases in the linear maps and norms",
+    "head": '"cls": one sequence -> class, "match": a pair -> class, "lm": next token',
+    "n_classes": "classes of a cls/match head (set by the task)",
+}
+FIELD_HELP = {
+    "simpletron": {
+        "attention": '"simple" (SimpleTRON), "softmax" (vanilla Transformer / GPT) or "softmax_naive" (the same '
+                     "with its L x L scores written out: the naive baseline of speed tables)",
+        "variant": '"simple" | "res" | "resl" (Table 1) | "vanilla" (ordinary block)',
+        "norm": '"post": LayerNorm after each residual sum (Transformer/BERT, the paper\'s Fig. 4); "pre": '
+                'LayerNorm before each sublayer (GPT-2, nanoGPT); "rezero": x + α f(x), α from 0, no LayerNorm '
+                "(ReZero)",
+        "orthogonal": "every weight matrix of the blocks orthogonal (Orthogonal Transformer)",
+        "mlp_ratio": "MLP width = mlp_ratio * n_embd (Table 3: 256 -> 1024)",
+        "freeze_qkv": "attention transfer (Section 4.2): q/k/v are not trained",
+        "layer_norm_eps": "every LayerNorm's eps (BERT: 1e-12)",
+        "emb_norm": "a LayerNorm on the embeddings, word + position (BERT)",
+        "final_norm": "a LayerNorm after the last block (BERT has none)",
+        "learned_cls": "cls/match heads: prepend a learned CLS token; False: the ids carry their own CLS at "
+                       "position 0 (BERT's [CLS]) and the head reads it there",
+        "mlp_hidden": "MLP width; 0: mlp_ratio * n_embd (BERT's intermediate_size)",
+        "checkpointing": "recompute each block in the backward pass instead of storing its activations",
+    },
+    "transject": {
+        "n_head": "the interface's name; TransJect has no heads, its n_experts take their place",
+        "n_embd": "d; token embedding and position encoding are d/2 each",
+        "dropout": "on each residual branch",
+        "bias": "b1, b2 of the orthogonal residual FFN (§3.4), and the output layers' biases",
+        "n_experts": "E, experts per layer (eq. 3)",
+        "sigma": 'Σ: "exact" (eigenvalues), "learned" (the paper\'s approximation), "random"',
+        "sigma_loss_weight": 'weight of the reconstruction loss added to the task loss (sigma="learned")',
+        "pool": 'cls/match: "mean" (IMDb, AG News) or "max" (LRA) over the real tokens (B.1)',
+        "checkpointing": "recompute each layer in the backward pass instead of storing its activations",
+    },
+    "diffeqformer": {
+        "n_layer": "solver steps on [0, 1] (the paper's layers); discrete: blocks",
+        "style": '"gpt": LayerNorm, GELU, learned positions; "llama": RMSNorm, SwiGLU, RoPE',
+        "weights": '"temporal": W(t) by hypernetworks (eq. 6); "shared": one W for all t',
+        "time_dim": "d_t, the size of e(t) and of the hypernetworks' hidden layer",
+        "time_freqs": "S: phi(t) has 2S + 1 features",
+        "method": 'fixed-step solver: "euler" (the paper\'s), "midpoint", "rk4"',
+        "checkpointing": "recompute each step in the backward pass instead of storing it",
+        "discrete": "True: n_layer ordinary blocks with stored weights, block k = X + dt f_k(X)",
+        "lora_r": "LoRA rank on every linear map of the blocks (0: none, all weights trainable)",
+        "lora_scale": "LoRA's alpha / r",
+    },
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Presets: (model, task) -> settings; a model's (model, "*") entry holds for every task, and its (model, task)
+# entry, where there is one, is laid over it. Keys are flags of train.py or fields of the model's Config.
+
+# SimpleTRON's Table 3 on every LRA task: post-LN res blocks, batch 32, weight decay 0.1, dropout 0.1, rsqrt
+# schedule; its softmax baseline is the same with vanilla blocks
+SIMPLETRON_LRA = dict(batch_size=32, weight_decay=0.1, dropout=0.1, schedule="rsqrt", norm="post", variant="res")
+# TransJect on LRA (appendix B.1): L=2, E=4, d=512, 50k steps, otherwise Chen et al. (2021, Skyformer)'s settings:
+# batch 32, lr 1e-4, warm-up 1000, no weight decay (their linear decay: cosine to 0 here); max pooling but on text
+TRANSJECT_LRA = dict(n_layer=2, n_experts=4, n_embd=512, batch_size=32, lr=1e-4, warmup=1000, schedule="cosine",
+                     min_lr=0.0, weight_decay=0.0, max_iters=50_000)
+# DiffEqFormer's GPT-small (Table 3: 12 layers, 768 wide, 12 heads, 1024 tokens) and its optimiser (C.4, C.5:
+# AdamW beta2 0.95, weight decay 0.1, 1% warm-up, cosine to 0.1 lr, clip 1.0)
+GPT_SMALL = dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, lr=6e-4, weight_decay=0.1, beta2=0.95,
+                 schedule="cosine", min_lr=0.1, grad_clip=1.0)
+
+PRESETS = {
+    "cpu": {   # small and fast: each trains in minutes on a 2-core CPU
+        ("simpletron", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
+                                  schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
+        # the README's main command: about 8 minutes here, ~35% test accuracy. 400 steps on 64-token prefixes
+        # first: at full length the first ~4,000 steps sit at the label prior (17%) before anything is learned
+        ("simpletron", "listops"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=5e-4, warmup=100,
+                                        schedule="cosine", max_iters=1500, batch_size=16, short_steps=400,
+                                        short_len=64, eval_interval=500, time_limit=13.5),
+        ("softmax", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
+                               schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
+        # PTB: DiffEqFormer vs GPT (pre-LN softmax) at equal shape, steps and optimiser; ~5 min each on 2 cores
+        ("softmax", "ptb"): dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0, lr=1e-3, beta2=0.95,
+                                 warmup=15, schedule="cosine", min_lr=0.1, grad_clip=1.0, max_iters=1500,
+                                 batch_size=16, eval_interval=500, norm="pre", variant="vanilla"),
+        # DiffEqFormer's optimiser (appendix C.4, C.5): AdamW beta2 0.95, 1% warm-up, cosine to 0.1 lr, clip 1.0
+        ("diffeqformer", "*"): dict(n_layer=2, n_head=4, n_embd=64, time_dim=8, dropout=0.0, lr=1e-3, beta2=0.95,
+                                    warmup=10, schedule="cosine", min_lr=0.1, grad_clip=1.0, max_iters=1000,
+                                    batch_size=16, eval_interval=250),
+        ("diffeqformer", "ptb"): dict(n_layer=4, n_head=4, n_embd=128, time_dim=8, block_size=64, dropout=0.0,
+                                      lr=1e-3, beta2=0.95, warmup=15, schedule="cosine", min_lr=0.1, grad_clip=1.0,
+                                      max_iters=1500, batch_size=16, eval_interval=500),
+        ("transject", "*"): dict(n_layer=2, n_embd=64, n_experts=4, dropout=0.0, lr=1e-3, warmup=100,
+                                 schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
+        # TransJect pools by max on LRA, by mean on (byte-level) text (appendix B.1)
+        ("transject", "listops"): dict(pool="max"),
+        ("transject", "retrieval"): dict(pool="max"),
+        ("transject", "image"): dict(pool="max"),
+        ("transject", "pathfinder"): dict(pool="max"),
+    },
+    "paper": {  # the papers' settings, for a GPU (SIMPLETRON_LRA, TRANSJECT_LRA, GPT_SMALL: above)
+        # SimpleTRON, Table 3 (LRA). ListOps: 6 blocks, 8 heads, 512 wide (MLP 2048), lr 0.005, warm-up 1000, 15k
+        ("simpletron", "listops"): dict(SIMPLETRON_LRA, n_layer=6, n_head=8, n_embd=512, lr=0.005, warmup=1000,
+                                        max_iters=15_000),
+        # classification (text, image, pathfinder): 4 blocks, 4 heads, 256 (MLP 1024), lr 0.05, warm-up 8000, 20k
+        ("simpletron", "text"): dict(SIMPLETRON_LRA, n_layer=4, n_head=4, n_embd=256, lr=0.05, warmup=8000,
+                                     max_iters=20_000),
+        ("simpletron", "image"): dict(SIMPLETRON_LRA, n_layer=4, n_head=4, n_embd=256, lr=0.05, warmup=8000,
+                                      max_iters=20_000),
+        ("simpletron", "pathfinder"): dict(SIMPLETRON_LRA, n_layer=4, n_head=4, n_embd=256, lr=0.05, warmup=8000,
+                                           max_iters=20_000),
+        # matching (retrieval): 4 blocks, 4 heads, 128 (MLP 512), lr 0.05, warm-up 8000, 15k steps
+        ("simpletron", "retrieval"): dict(SIMPLETRON_LRA, n_layer=4, n_head=4, n_embd=128, lr=0.05, warmup=8000,
+                                          max_iters=15_000),
+        ("softmax", "listops"): dict(SIMPLETRON_LRA, n_layer=6, n_head=8, n_embd=512, lr=0.005, warmup=1000,
+                                     max_iters=15_000, variant="vanilla"),
+        ("softmax", "text"): dict(SIMPLETRON_LRA, n_layer=4, n_head=4, n_embd=256, lr=0.05, warmup=8000,
+                                  max_iters=20_000, variant="vanilla"),
+        ("softmax", "image"): dict(SIMPLETRON_LRA, n_layer=4, n_head=4, n_embd=256, lr=0.05, warmup=8000,
+                                   max_iters=20_000, variant="vanilla"),
+        ("softmax", "pathfinder"): dict(SIMPLETRON_LRA, n_layer=4, n_head=4, n_embd=256, lr=0.05, warmup=8000,
+                                        max_iters=20_000, variant="vanilla"),
+        ("softmax", "retrieval"): dict(SIMPLETRON_LRA, n_layer=4, n_head=4, n_embd=128, lr=0.05, warmup=8000,
+                                       max_iters=15_000, variant="vanilla"),
+        # DiffEqFormer (GPT_SMALL above; d_t 20, S 128). The text lost lr, batch, dropout and steps: nanoGPT's
+        # GPT-2 small values (6e-4, 0.5M tokens a step) for WikiText-103 and OpenWebText, a small batch for PTB
+        # (1M tokens); an evaluation every 5% of the steps. The paper's GPT baseline (PTB): pre-LN softmax.
+        ("diffeqformer", "ptb"): dict(GPT_SMALL, time_dim=20, time_freqs=128, dropout=0.1, warmup=20,
+                                      max_iters=2000, batch_size=16, eval_interval=100),
+        ("softmax", "ptb"): dict(GPT_SMALL, norm="pre", variant="vanilla", dropout=0.1, warmup=20, max_iters=2000,
+                                 batch_size=16, eval_interval=100),
+        ("diffeqformer", "wikitext103"): dict(GPT_SMALL, time_dim=20, time_freqs=128, dropout=0.0, warmup=500,
+                                              max_iters=50_000, batch_size=32, grad_accum=16, eval_interval=2500),
+        ("diffeqformer", "openwebtext"): dict(GPT_SMALL, time_dim=20, time_freqs=128, dropout=0.0, warmup=1000,
+                                              max_iters=100_000, batch_size=32, grad_accum=16, eval_interval=5000),
+        # TransJect, appendix B.1. Adam = AdamW without weight decay; a constant lr = cosine with min_lr 1.
+        # IMDb, AG News: L=6, E=4, d=512, length 512, mean pooling, batch 32, Adam lr 5e-4 (0.9, 0.98, 1e-9),
+        # 30 epochs (25k / 120k training examples)
+        ("transject", "imdb"): dict(n_layer=6, n_experts=4, n_embd=512, block_size=512, pool="mean", batch_size=32,
+                                    lr=5e-4, beta2=0.98, eps=1e-9, weight_decay=0.0, schedule="cosine", warmup=0,
+                                    min_lr=1.0, max_iters=23_440),
+        ("transject", "agnews"): dict(n_layer=6, n_experts=4, n_embd=512, block_size=512, pool="mean",
+                                      batch_size=32, lr=5e-4, beta2=0.98, eps=1e-9, weight_decay=0.0,
+                                      schedule="cosine", warmup=0, min_lr=1.0, max_iters=112_500),
+        # PTB: L=6, d=512, 35 tokens in and out, Adam lr 0.01 (B.1 gives 5e-4, (0.9, 0.98), 1e-9 for IMDb and
+        # AG News only; we keep those betas), 10 epochs of 929k tokens in batches of 32
+        ("transject", "ptb"): dict(n_layer=6, n_experts=4, n_embd=512, block_size=35, batch_size=32, lr=0.01,
+                                   beta2=0.98, eps=1e-9, weight_decay=0.0, schedule="cosine", warmup=0,
+                                   min_lr=1.0, max_iters=8_300),
+        ("transject", "listops"): dict(TRANSJECT_LRA, pool="max"),
+        ("transject", "text"): dict(TRANSJECT_LRA, pool="mean"),
+        ("transject", "retrieval"): dict(TRANSJECT_LRA, pool="max"),
+        ("transject", "image"): dict(TRANSJECT_LRA, pool="max"),
+        ("transject", "pathfinder"): dict(TRANSJECT_LRA, pool="max"),
+    },
+}
+
+
+# ----------------------------------------------------------------------------------------------
+
+def parse_args(argv, description=None):
+    """train.py's flags in two passes: the first finds the model (or the --resume or --init_from checkpoint's),
+    whose Config fields then become flags too. Returns (args, the names given, the Config fields' names)."""
+    first = Parser(prog="train.py", add_help=False)
+    for name in ("model", "out_dir", "init_from", "task", "preset", "listops_len"):
+        first.add_argument(f"--{name}")
+    first.add_argument("--resume", type=to_bool, nargs="?", const=True, default=False)
+    known, _ = first.parse_known_args(argv)
+    model_name = known.model or DEFAULTS["model"]
+    if known.resume and known.out_dir and os.path.isfile(os.path.join(known.out_dir, "ckpt.pt")):
+        model_name = load_checkpoint(os.path.join(known.out_dir, "ckpt.pt"))["model_name"]
+    elif known.init_from and os.path.isfile(known.init_from):
+        model_name = load_checkpoint(known.init_from)["model_name"]
+    config_fields = dataclasses.fields(model_module(model_name).Config)
+    shown = help_values(model_name, known.task, known.preset, known.listops_len)
+
+    p = Parser(prog="train.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, typ, default, help in FLAGS:
+        p.add_argument(f"--{name}", default=None, help=f"{help} [{shown.get(name, default)}]",
+                       **(dict(type=to_bool, nargs="?", const=True) if typ is bool else dict(type=typ)))
+    meaning = {**COMMON_FIELDS, **FIELD_HELP[MODELS[model_name][0]]}
+    group = p.add_argument_group(
+        f"model ({model_name}) Config fields; [the value for task {shown['task']}, preset {shown['preset']}]")
+    for f in config_fields:
+        typ = to_bool if f.type in (bool, "bool") else {"int": int, "float": float, "str": str}.get(f.type, f.type)
+        group.add_argument(f"--{f.name}", type=typ, default=None,
+                           help=f"{meaning.get(f.name, '')} [{shown.get(f.name, f.default)}]".strip())
+    args = p.parse_args(argv)
+    given = {k for k, v in vars(args).items() if v is not None}
+    for name, known_names in (("model", MODELS), ("task", data.TASKS), ("preset", PRESETS)):
+        if getattr(args, name) is not None and getattr(args, name) not in known_names:
+            raise UsageError(f"unknown {name} {getattr(args, name)!r}; choose one of: {', '.join(known_names)}")
+    return args, given, [f.name for f in config_fields]
+
+
+def preset_for(presets, model, task):
+    """A preset's settings for this model and task: the model's (model, "*") entry, updated by (model, task)'s."""
+    return {**presets.get((model, "*"), {}), **presets.get((model, task), {})}
+
+
+def help_values(model, task, preset_name, listops_len=None):
+    """The value each flag and Config field takes for this model, task and preset before the task's data is read
+    (vocab_size, head and n_classes come from the data)."""
+    model = model if model in MODELS else DEFAULTS["model"]
+    task = task if task in data.TASKS else DEFAULTS["task"]
+    preset_name = preset_name if preset_name in PRESETS else DEFAULTS["preset"]
+    preset = preset_for(PRESETS[preset_name], model, task)
+    values = {f.name: f.default for f in dataclasses.fields(model_module(model).Config)}
+    length = inspect.signature(data.TASKS[task]).parameters.get("block_size")     # the task's own length
+    if length is not None and length.default is not inspect.Parameter.empty:
+        values["block_size"] = length.default
+    for k in ("vocab_size", "head", "n_classes"):
+        values[k] = f"from {task}"
+    values.update({**DEFAULTS, **MODELS[model][1], **preset, "model": model, "task": task, "preset": preset_name})
+    if length is not None and length.default is None:       # a length the task derives from its other options
+        values["block_size"] = (int(str(listops_len or values["listops_len"]).split(",")[-1]) if task == "listops"
+                                and "block_size" not in preset else values["block_size"])
+    if values.get("lr_decay_iters") is None:
+        values["lr_decay_iters"] = f"max_iters = {values['max_iters']}"
+    if values.get("out_dir") is None:
+        values["out_dir"] = f"out/{model}-{task}"
+    return {k: "none" if v is None else v for k, v in values.items()}
+
+
+def resolve(args, given, config_names, preset=None):
+    """Fill every None of args: given flags > preset (the model and task's, or the one given) > DEFAULTS.
+    Returns the Config overrides too."""
+    model, task = args.model or DEFAULTS["model"], args.task or DEFAULTS["task"]
+    if preset is None:
+        preset = preset_for(PRESETS[args.preset or DEFAULTS["preset"]], model, task)
+    unknown = (set(preset) - set(DEFAULTS) - set(config_names)) | (set(preset) & {"model", "task", "preset"})
+    assert not unknown, f"preset for {model}/{task} sets unknown fields {unknown}"
+    for name in DEFAULTS:                                    # (model and task too: given, or the defaults)
+        if name not in given:
+            setattr(args, name, preset.get(name, DEFAULTS[name]))
+    overrides = {k: v for k, v in preset.items() if k in config_names}
+    overrides.update({k: getattr(args, k) for k in config_names if k in given})
+    return overrides
+
+
+# ----------------------------------------------------------------------------------------------
+# Every check of the settings, before any data is read: one line naming the flag, its value and what is allowed
+
+def check_args(args):
+    """Every flag of train.py once resolved: its value, the device exists, the folders can be made, a flag that
+    needs another has it, and a run never writes over the run it starts from."""
+    if args.init_from and not args.resume:
+        source_dir = os.path.dirname(os.path.abspath(args.init_from))
+        if os.path.abspath(args.out_dir) == source_dir:
+            raise UsageError(f"--out_dir {args.out_dir} holds the checkpoint of --init_from, whose metrics.json "
+                             "and ckpt.pt this run would overwrite: choose another --out_dir")
+    for name, *_ in FLAGS:
+        check_value(name, getattr(args, name))
+    if args.schedule == "rsqrt" and args.warmup < 1:
+        raise UsageError(f"--warmup {args.warmup}: the rsqrt schedule divides by it, allowed is an integer >= 1")
+    if args.device.startswith("cuda"):
+        index = int(args.device.partition(":")[2] or 0)
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise UsageError(f"--device {args.device}: no such CUDA device here ({torch.cuda.device_count()} GPUs); "
+                             "use --device cpu (or auto)")
+    if args.device == "mps" and not torch.backends.mps.is_available():
+        raise UsageError("--device mps: Apple's MPS is not available here; use --device cpu (or auto)")
+    check_tokenizer(args.tokenizer, args.task)
+    for flag in ("out_dir", "cache_dir"):                    # folders this run writes
+        path = os.path.abspath(getattr(args, flag))
+        while not os.path.exists(path):
+            path = os.path.dirname(path)
+        if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
+            raise UsageError(f"--{flag} {getattr(args, flag)}: {path} is not a folder this run can write in")
+    if args.eval_only and not args.init_from:
+        raise UsageError("--eval_only needs --init_from CKPT, the checkpoint to evaluate")
+    if (args.steps is not None or args.lora_rank) and not (args.init_from or args.resume):
+        raise UsageError("--steps N [--lora_rank r] needs --init_from CKPT, a checkpoint of the DiffEqFormer ODE")
+    if args.transfer_from and args.model != "softmax":
+        raise UsageError(f"--transfer_from copies a SimpleTRON's attention into --model softmax, not {args.model}")
+    if args.attn_std_interval and args.model not in ("simpletron", "softmax"):
+        raise UsageError(f"--attn_std_interval: the attention of simpletron.py's models (simpletron, softmax), "
+                         f"not --model {args.model}")
+    if args.transfer_from and data.file_problem(args.transfer_from):
+        raise UsageError(f"--transfer_from {args.transfer_from} {data.file_problem(args.transfer_from)}")
+
+
+def check_config(model_name, config_dict):
+    """The model's settings (flags, preset or a checkpoint's): each value, then the model's Config itself."""
+    for name, value in config_dict.items():
+        check_value(name, value)
+    return make_config(model_name, config_dict)
+
+
+def make_config(model_name, config_dict):
+    try:
+        return model_module(model_name).Config(**config_dict)
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"bad model settings: {e}") from None
+
+
+def build_model(model_name, config_dict):
+    return model_module(model_name).Model(make_config(model_name, config_dict))
+
+
+def load_checkpoint(path, need=()):
+    """A train.py checkpoint, read with weights_only=True (tensors and plain values only), or a one-line
+    UsageError that says what is wrong with the file. `need`: keys a --resume needs beyond the weights."""
+    problem = data.file_problem(path)
+    if problem:
+        raise UsageError(f"no checkpoint at {path}" if problem == "does not exist" else f"checkpoint {path} {problem}")
+    try:
+        with warnings.catch_warnings():                     # torch warns about the pickle protocol of foreign files
+            warnings.simplefilter("ignore")
+            ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:                                   # torch's message is not passed on: it names an unsafe way
+        why = ("it holds Python objects other than tensors and plain values, which are not loaded"
+               if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e)
+               else "truncated, damaged, or not written by torch.save")
+        raise UsageError(f"{path} is not a readable train.py checkpoint ({why})") from None
+    keys = ("model_name", "config", "model", "args", *need)
+    if not (isinstance(ckpt, dict) and all(k in ckpt for k in keys) and ckpt["model_name"] in MODELS
+            and all(isinstance(ckpt[k], dict) for k in ("config", "model", "args"))
+            and isinstance(ckpt["args"].get("task"), str)):
+        raise UsageError(f"{path} is not a train.py checkpoint (it needs {', '.join(keys)}, with a model of: "
+                         f"{', '.join(MODELS)})")
+    return ckpt

@@ -1,8 +1,13 @@
-"""train.py --help shows the values the chosen model, task and preset will use, and what each Config field means."""
+"""train.py --help shows the values the chosen model, task and preset will use, and what each Config field means;
+config.py's preset tables give every model, task and preset the settings they had before they were written out."""
+import dataclasses
+import inspect
 import re
 
 import pytest
 
+import config
+import data
 import train
 
 
@@ -34,8 +39,8 @@ def test_help_shows_the_presets_values_for_model_and_task(capsys):
     # the model's ("transject", "*") entry and the task's own ("transject", "listops") merged: both hold
     assert (shown(t, "n_embd"), shown(t, "n_experts"), shown(t, "max_iters")) == ("64", "4", "1000")
     presets = {("m", "*"): dict(a=1, b=2), ("m", "t"): dict(b=3, c=4)}
-    assert train.preset_for(presets, "m", "t") == dict(a=1, b=3, c=4)
-    assert train.preset_for(presets, "m", "u") == dict(a=1, b=2) and train.preset_for(presets, "x", "t") == {}
+    assert config.preset_for(presets, "m", "t") == dict(a=1, b=3, c=4)
+    assert config.preset_for(presets, "m", "u") == dict(a=1, b=2) and config.preset_for(presets, "x", "t") == {}
 
 
 def test_help_of_the_main_command_and_its_time_limit(capsys):
@@ -59,6 +64,24 @@ def test_help_explains_each_config_field_with_its_allowed_values(capsys):
     assert "(default" not in t                              # one value per flag, in brackets
 
 
+def comment_meanings(config_class):
+    """The reference for FIELD_HELP: field -> the comment beside the field in the model file's Config (and the lines
+    of comment that continue it), or the common line (train.py read --help's texts so until config.py's table)."""
+    out, last = dict(config.COMMON_FIELDS), None
+    for line in inspect.getsource(config_class).splitlines()[1:]:
+        field = re.match(r"\s*(\w+)\s*:\s*[\w\[\], .|]+=\s*[^#]*?#\s*(.*)", line)
+        more = re.match(r"\s*#\s*(.*)", line)
+        if field:
+            last, text = field.group(1), field.group(2).strip()
+            common = config.COMMON_FIELDS.get(last)
+            out[last] = f"{common} ({text})" if common and len(text) < 20 else text
+        elif more and last and not re.match(r"\s*#\s*(nanoGPT|the task|this model)", line):
+            out[last] += " " + more.group(1).strip()
+        else:
+            last = None
+    return out
+
+
 class DemoConfig:                                            # (source only: no dataclass needed)
     alpha: int = 1              # the first line
                                 # and its continuation
@@ -69,9 +92,104 @@ class DemoConfig:                                            # (source only: no 
     gamma: str = "x"
 
 
-def test_field_meanings_read_the_comments_beside_each_field():
-    got = train.field_meanings(DemoConfig)
+def test_the_reference_reads_the_comments_beside_each_field():
+    got = comment_meanings(DemoConfig)
     assert got["alpha"] == "the first line and its continuation"
     assert got["beta"] == "beta's own meaning, long enough to stand alone"
-    assert got["n_layer"] == f"{train.COMMON_FIELDS['n_layer']} (L)"        # a short comment: the common line too
+    assert got["n_layer"] == f"{config.COMMON_FIELDS['n_layer']} (L)"       # a short comment: the common line too
     assert "gamma" not in got                                # no comment of its own
+
+
+# what the comments' reading got wrong, and FIELD_HELP says instead: a section comment taken for a continuation,
+# a short comment repeated after the common line
+CLEANED = {("simpletron", "freeze_qkv"), ("diffeqformer", "checkpointing"), ("transject", "n_layer"),
+           *((m, "n_classes") for m in ("simpletron", "transject", "diffeqformer"))}
+
+
+@pytest.mark.parametrize("module", ["simpletron", "transject", "diffeqformer"])
+def test_field_help_says_what_each_model_file_comments(module):
+    Config = config.model_module(module).Config
+    table = {**config.COMMON_FIELDS, **config.FIELD_HELP[module]}
+    fields = [f.name for f in dataclasses.fields(Config)]
+    assert set(config.FIELD_HELP[module]) <= set(fields)     # no meaning for a field the model does not have
+    reference = comment_meanings(Config)
+    for name in fields:
+        assert table.get(name), f"{module}.Config.{name} has no meaning in FIELD_HELP"
+        if (module, name) in CLEANED:
+            assert table[name] in reference[name] or reference[name].startswith(table[name]), name
+        else:
+            assert table[name] == reference[name], name
+
+
+# The preset tables as train.py built them before config.py wrote them out: the independent reference.
+OLD_PAPER_LRA = dict(batch_size=32, weight_decay=0.1, dropout=0.1, schedule="rsqrt", norm="post", variant="res")
+OLD_PRESETS = {
+    "cpu": {
+        ("simpletron", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
+                                  schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
+        ("softmax", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
+                               schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
+        ("diffeqformer", "*"): dict(n_layer=2, n_head=4, n_embd=64, time_dim=8, dropout=0.0, lr=1e-3, beta2=0.95,
+                                    warmup=10, schedule="cosine", min_lr=0.1, grad_clip=1.0, max_iters=1000,
+                                    batch_size=16, eval_interval=250),
+        **{(m, "ptb"): dict(n_layer=4, n_head=4, n_embd=128, block_size=64, dropout=0.0, lr=1e-3, beta2=0.95,
+                            warmup=15, schedule="cosine", min_lr=0.1, grad_clip=1.0, max_iters=1500, batch_size=16,
+                            eval_interval=500, **extra)
+           for m, extra in (("diffeqformer", dict(time_dim=8)), ("softmax", dict(norm="pre", variant="vanilla")))},
+        ("simpletron", "listops"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=5e-4, warmup=100,
+                                        schedule="cosine", max_iters=1500, batch_size=16, short_steps=400,
+                                        short_len=64, eval_interval=500, time_limit=13.5),
+        ("transject", "*"): dict(n_layer=2, n_embd=64, n_experts=4, dropout=0.0, lr=1e-3, warmup=100,
+                                 schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
+        **{("transject", t): dict(pool="max") for t in ("listops", "retrieval", "image", "pathfinder")},
+    },
+    "paper": {
+        **{(m, t): dict(n_layer=12, n_head=12, n_embd=768, block_size=1024, lr=6e-4, weight_decay=0.1, beta2=0.95,
+                        schedule="cosine", min_lr=0.1, grad_clip=1.0, eval_interval=iters // 20, max_iters=iters,
+                        warmup=iters // 100, **batch, **extra)
+           for t, iters, batch in (("ptb", 2000, dict(batch_size=16, dropout=0.1)),
+                                   ("wikitext103", 50_000, dict(batch_size=32, grad_accum=16, dropout=0.0)),
+                                   ("openwebtext", 100_000, dict(batch_size=32, grad_accum=16, dropout=0.0)))
+           for m, extra in (("diffeqformer", dict(time_dim=20, time_freqs=128)),
+                            ("softmax", dict(norm="pre", variant="vanilla")))
+           if m == "diffeqformer" or t == "ptb"},
+        ("simpletron", "listops"): dict(OLD_PAPER_LRA, n_layer=6, n_head=8, n_embd=512, lr=0.005, warmup=1000,
+                                        max_iters=15_000),
+        ("softmax", "listops"): dict(OLD_PAPER_LRA, n_layer=6, n_head=8, n_embd=512, lr=0.005, warmup=1000,
+                                     max_iters=15_000, variant="vanilla"),
+        **{(m, t): dict(OLD_PAPER_LRA, n_layer=4, n_head=4, n_embd=256, lr=0.05, warmup=8000, max_iters=20_000,
+                        **({"variant": "vanilla"} if m == "softmax" else {}))
+           for m in ("simpletron", "softmax") for t in ("text", "image", "pathfinder")},
+        **{(m, "retrieval"): dict(OLD_PAPER_LRA, n_layer=4, n_head=4, n_embd=128, lr=0.05, warmup=8000,
+                                  max_iters=15_000, **({"variant": "vanilla"} if m == "softmax" else {}))
+           for m in ("simpletron", "softmax")},
+        **{("transject", t): dict(n_layer=6, n_experts=4, n_embd=512, block_size=512, pool="mean", batch_size=32,
+                                  lr=5e-4, beta2=0.98, eps=1e-9, weight_decay=0.0, schedule="cosine", warmup=0,
+                                  min_lr=1.0, max_iters=iters)
+           for t, iters in (("imdb", 23_440), ("agnews", 112_500))},
+        **{("transject", t): dict(n_layer=2, n_experts=4, n_embd=512, batch_size=32, lr=1e-4, warmup=1000,
+                                  schedule="cosine", min_lr=0.0, weight_decay=0.0, max_iters=50_000,
+                                  pool="mean" if t == "text" else "max")
+           for t in ("listops", "text", "retrieval", "image", "pathfinder")},
+        ("transject", "ptb"): dict(n_layer=6, n_experts=4, n_embd=512, block_size=35, batch_size=32, lr=0.01,
+                                   beta2=0.98, eps=1e-9, weight_decay=0.0, schedule="cosine", warmup=0,
+                                   min_lr=1.0, max_iters=8_300),
+    },
+}
+
+
+def resolved(*argv):
+    args, given, names = config.parse_args(list(argv))
+    overrides = config.resolve(args, given, names)
+    return {**vars(args), **overrides}
+
+
+def test_the_written_out_presets_are_the_old_tables(monkeypatch):
+    assert set(config.PRESETS) == set(OLD_PRESETS)
+    combos = [(m, t, p) for m in config.MODELS for t in data.TASKS for p in OLD_PRESETS]
+    for m, t, p in combos:                                   # every model x task x preset: the same entry ...
+        assert config.preset_for(config.PRESETS[p], m, t) == config.preset_for(OLD_PRESETS[p], m, t), (m, t, p)
+    new = {c: resolved("--model", c[0], "--task", c[1], "--preset", c[2]) for c in combos}
+    monkeypatch.setattr(config, "PRESETS", OLD_PRESETS)
+    for c in combos:                                         # ... and the same settings once resolved
+        assert new[c] == resolved("--model", c[0], "--task", c[1], "--preset", c[2]), c

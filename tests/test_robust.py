@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import config
 import data
 import train
 from test_data import PTB, WIKI, write_aan, write_aclimdb, write_agnews, write_cifar, write_pathfinder_release
@@ -417,10 +418,10 @@ REJECT = {"warmup": [-1, 1.5], "max_iters": [0, "3"], "batch_size": [0], "vocab_
 @pytest.mark.parametrize("name", sorted(ACCEPT))
 def test_each_flags_limits_at_their_edges(name):
     for value in ACCEPT[name]:
-        train.check_value(name, value)                       # no error
+        config.check_value(name, value)                       # no error
     for value in REJECT.get(name, []):
         with pytest.raises(train.UsageError) as e:
-            train.check_value(name, value)
+            config.check_value(name, value)
         assert str(e.value).startswith(f"--{name} ") and "allowed is" in str(e.value)
 
 

@@ -13,8 +13,10 @@ import numpy as np
 import pytest
 import torch
 
+import config
 import data
 import train
+from tasks import listops
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = ["--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--batch_size", "4", "--eval_iters", "2",
@@ -23,9 +25,9 @@ TINY = ["--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--batch_size", "4"
 
 def write_listops(folder, n, seed, splits=("train", "val", "test")):
     folder.mkdir(parents=True, exist_ok=True)
-    examples = data.listops_chunk(((seed, 0), n * len(splits), 5, 60))    # short trees: fast tests
+    examples = listops.listops_chunk(((seed, 0), n * len(splits), 5, 60))    # short trees: fast tests
     for i, split in enumerate(splits):
-        data.write_listops_tsv(folder / f"basic_{split}.tsv", examples[i * n:(i + 1) * n])
+        listops.write_listops_tsv(folder / f"basic_{split}.tsv", examples[i * n:(i + 1) * n])
     return folder
 
 
@@ -134,8 +136,8 @@ def test_attention_transfer_through_train(lra, tmp_path):
 
 
 def test_layering_flags_over_preset_over_defaults():
-    args, given, names = train.parse_args(["--preset", "paper", "--n_layer", "3", "--warmup", "7"])
-    overrides = train.resolve(args, given, names)
+    args, given, names = config.parse_args(["--preset", "paper", "--n_layer", "3", "--warmup", "7"])
+    overrides = config.resolve(args, given, names)
     assert overrides["n_layer"] == 3 and overrides["n_embd"] == 512            # flag, then the preset
     assert args.warmup == 7 and args.lr == 0.005 and args.max_iters == 15_000
     assert args.grad_accum == 1 and args.seed == 0                              # defaults
@@ -395,20 +397,21 @@ def test_gates_step_by_lr_times_their_scale(lra, tmp_path):
 def test_layering_with_a_preset_of_its_own(monkeypatch):
     # flags > the preset of (model, task) > the preset of (model, *) > train.py's defaults; Config fields a
     # preset does not set are left to the model's Config
-    monkeypatch.setitem(train.PRESETS, "test", {
+    monkeypatch.setitem(config.PRESETS, "test", {
         ("softmax", "*"): dict(n_layer=5, n_embd=24, lr=0.5, warmup=11, batch_size=2),
         ("softmax", "listops"): dict(n_layer=7, batch_size=3),
         ("simpletron", "listops"): dict(n_head=8, lr=9.0)})
-    args, given, names = train.parse_args(["--preset", "test", "--model", "softmax", "--n_embd", "32", "--warmup", "4"])
-    overrides = train.resolve(args, given, names)
+    args, given, names = config.parse_args(["--preset", "test", "--model", "softmax", "--n_embd", "32",
+                                            "--warmup", "4"])
+    overrides = config.resolve(args, given, names)
     assert overrides == {"n_layer": 7, "n_embd": 32}
     assert (args.lr, args.warmup, args.batch_size) == (0.5, 4, 3)
-    defaults = {name: default for name, _, default, _ in train.FLAGS}
+    defaults = config.DEFAULTS
     for name in ("max_iters", "schedule", "min_lr", "grad_accum", "weight_decay", "gate_lr_scale", "seed"):
         assert getattr(args, name) == defaults[name], name
     assert args.model == "softmax" and args.task == "listops"
-    args, given, names = train.parse_args(["--preset", "test", "--task", "ptb"])    # simpletron: no preset for ptb
-    assert train.resolve(args, given, names) == {} and args.lr == defaults["lr"]
+    args, given, names = config.parse_args(["--preset", "test", "--task", "ptb"])    # simpletron: no preset for ptb
+    assert config.resolve(args, given, names) == {} and args.lr == defaults["lr"]
 
 
 def cli(*argv, cwd):
@@ -496,9 +499,10 @@ def test_progress_lines_every_log_interval_and_at_the_end(lra, tmp_path, capsys)
 
 def test_an_out_dir_with_a_checkpoint_decides_the_model_only_with_resume(lra, tmp_path):
     run("--data_dir", lra, *TINY, "--model", "softmax", "--max_iters", "1", "--out_dir", tmp_path / "o")
-    args, given, names = train.parse_args(["--model", "transject", "--n_experts", "2", "--out_dir", str(tmp_path / "o")])
+    args, given, names = config.parse_args(["--model", "transject", "--n_experts", "2",
+                                            "--out_dir", str(tmp_path / "o")])
     assert args.model == "transject" and "n_experts" in names        # a new run: --model decides
-    args, given, names = train.parse_args(["--resume", "--out_dir", str(tmp_path / "o")])
+    args, given, names = config.parse_args(["--resume", "--out_dir", str(tmp_path / "o")])
     assert "n_experts" not in names and "attention" in names         # --resume: the checkpoint's model
 
 
@@ -548,8 +552,8 @@ def test_every_step_and_process_has_its_own_dropout_seed():
 
 
 def resolved(*argv):
-    args, given, names = train.parse_args(list(argv))
-    overrides = train.resolve(args, given, names)
+    args, given, names = config.parse_args(list(argv))
+    overrides = config.resolve(args, given, names)
     return {**vars(args), **overrides}
 
 
