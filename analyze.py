@@ -52,6 +52,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import data    # noqa: E402
+import tasks   # noqa: E402  (registers every task)
 import train   # noqa: E402
 from config import Parser, UsageError, check_value  # noqa: E402
 
@@ -386,16 +387,16 @@ def encode_text(text, ckpt):
     if task == "ptb":
         if not a.get("data_dir"):
             raise UsageError("the checkpoint's PTB run has no data_dir; its vocabulary cannot be rebuilt")
-        words = data.read_words(data.ptb_files(a["data_dir"])["train"])
-        vocab = {w: i for i, w in enumerate(sorted(set(words)), start=1)}   # as data.ptb builds it
+        words = tasks.lm.read_words(tasks.lm.ptb_files(a["data_dir"])["train"])
+        vocab = {w: i for i, w in enumerate(sorted(set(words)), start=1)}   # as tasks.lm.ptb builds it
         labels = text.lower().split()
         ids = [vocab.get(w, vocab.get("<unk>")) for w in labels]
     elif task == "listops":
         try:
-            ids = data.listops_tokens(text).tolist()
+            ids = tasks.listops.listops_tokens(text).tolist()
         except ValueError as e:
             raise UsageError(f"--text is not a ListOps expression ({e})") from None
-        labels = [data.LISTOPS_VOCAB[i] for i in ids]
+        labels = [tasks.listops.LISTOPS_VOCAB[i] for i in ids]
     else:
         raw = text.encode()
         if cfg["vocab_size"] < 257:

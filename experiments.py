@@ -107,9 +107,9 @@ def listops_small_heldout():
 
 
 def listops_rules(task, args):
-    import data
-    heldout = data.listops_split(os.path.join(ROOT, HELDOUT, "basic_test.tsv"), None, task.block_size)
-    r = data.listops_baselines(task.split("train"), val=task.split("val"), test=task.split("test"), heldout=heldout)
+    from tasks import listops
+    heldout = listops.listops_split(os.path.join(ROOT, HELDOUT, "basic_test.tsv"), None, task.block_size)
+    r = listops.listops_baselines(task.split("train"), val=task.split("val"), test=task.split("test"), heldout=heldout)
     names = {"majority": "majority class", "top_operator": "top-level operator rule",
              "top_digits": "top-level digits rule (subtrees unknown)"}
     return ([(names[k], r["val"][k], r["test"][k]) for k in names] +
@@ -439,6 +439,7 @@ def main(argv=None):
     baselines = []
     if table.baselines is not None:
         import data
+        import tasks  # noqa: F401  (registers every task)
         first = load_metrics(run_dir(a.table, table.rows[0], seeds[0]))["args"]
         task = data.load_task(first["task"], cache_dir=first["cache_dir"], data_dir=first["data_dir"],
                               tokenizer=first["tokenizer"], block_size=first.get("block_size") or

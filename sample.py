@@ -24,6 +24,7 @@ import sys
 import torch
 
 import data
+import tasks  # noqa: F401  (registers every task)
 import train
 from config import Parser, UsageError, check_value, pick_device
 
@@ -64,17 +65,17 @@ def read_prompt(start):
 # The checkpoint's tokenizer: encode(text) -> ids, decode(ids) -> text
 
 class Words:
-    """PTB's word vocabulary, numbered as data.ptb numbers it: the sorted words of the training file from 1."""
+    """PTB's word vocabulary, numbered as tasks.lm.ptb numbers it: the sorted words of the training file from 1."""
 
     def __init__(self, train_file):
-        words = data.read_words(train_file)
+        words = tasks.lm.read_words(train_file)
         self.itos = ["<pad>", *sorted(set(words))]           # id 0 is padding
         self.stoi = {w: i for i, w in enumerate(self.itos) if i}
         self.source = train_file
 
     def encode(self, text):
         words = []
-        for i, line in enumerate(text.split("\n")):          # a line break is <eos>, as in data.read_words
+        for i, line in enumerate(text.split("\n")):          # a line break is <eos>, as in tasks.lm.read_words
             if i:
                 words.append("<eos>")
             words += line.split()
@@ -95,7 +96,7 @@ class Words:
 
 
 class Chars:
-    """textfile --tokenizer char: the distinct characters of the text numbered from 1 (data.textfile)."""
+    """textfile --tokenizer char: the distinct characters of the text numbered from 1 (tasks.lm.textfile)."""
 
     def __init__(self, chars):
         self.chars = chars
@@ -155,7 +156,7 @@ def tokenizer_of(ckpt, data_dir=None):
         tok = char_vocabulary(run_args, data_dir)
         n = len(tok.chars) + 1
     elif task in ("wikitext103", "openwebtext", "textfile"):
-        tok = Tiktoken(data.get_tokenizer(name, task))
+        tok = Tiktoken(tasks.sources.get_tokenizer(name, task))
         n = tok.enc.n_vocab
     else:
         raise UsageError(f"no tokenizer for task {task!r} here; sample.py knows ptb, wikitext103, openwebtext, textfile")

@@ -24,6 +24,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import data  # noqa: E402  (only for the task's splits and the reference rules; the generator is below)
+from tasks import listops  # noqa: E402
 
 OPERATORS = ("MIN", "MAX", "MED", "SM")
 LEAF_P = 0.75                       # LRA: a draw r > 0.25 makes a leaf
@@ -171,7 +172,7 @@ def main(argv=None):
     p.add_argument("--out", required=True, help="folder to write basic_test.tsv into")
     a = p.parse_args(argv)
     try:
-        setting = data.listops_setting(a.listops_depth, a.listops_args, a.listops_len, a.listops_sizes)
+        setting = listops.listops_setting(a.listops_depth, a.listops_args, a.listops_len, a.listops_sizes)
         task = data.load_task("listops", cache_dir=a.cache_dir, listops_depth=a.listops_depth,
                               listops_args=a.listops_args, listops_len=a.listops_len, listops_sizes=a.listops_sizes)
     except data.DataError as e:
@@ -215,7 +216,7 @@ def main(argv=None):
         for k in sorted(set().union(*(c[name] for c in cols.values()))):
             print(f"{('arguments ' if name == 'nargs' else 'operator ') + str(k):24}"
                   + "".join(f"{c[name][k] / sum(c[name].values()):12.3f}" for c in cols.values()))
-    rules = data.listops_baselines(task.split("train"), heldout=[(s, v) for s, v in rows], test=task.split("test"))
+    rules = listops.listops_baselines(task.split("train"), heldout=[(s, v) for s, v in rows], test=task.split("test"))
     print(f"\nreference rules (fitted on the task's training split)\n{'':24}{'held-out':>12}{'task test':>12}")
     for rule in ("majority", "top_operator", "top_digits"):
         print(f"{rule:24}{100 * rules['heldout'][rule]:11.2f}%{100 * rules['test'][rule]:11.2f}%")

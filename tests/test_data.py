@@ -1,4 +1,4 @@
-"""data.py: every task's loaders on data the tests write (each release's file format, and Hugging Face datasets
+"""data.py and tasks/: every task's loaders on data the tests write (each release's file format, and Hugging Face datasets
 built in memory), Pathfinder's generator against an independent connectivity check, tokenizers, caching, and
 the one-line errors when data is missing or the network is not there."""
 
@@ -13,6 +13,8 @@ import pytest
 import torch
 
 import data
+import tasks
+from tasks import image, lm, pathfinder, sources
 import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,7 +36,7 @@ def hf(monkeypatch):
         Fake.calls.append((path, config))
         return Fake.datasets[path]
 
-    monkeypatch.setattr(data, "hf_dataset", fake)
+    monkeypatch.setattr(sources, "hf_dataset", fake)
     return Fake
 
 
@@ -42,10 +44,10 @@ def hf(monkeypatch):
 def offline(monkeypatch, tmp_path):
     """No network, whatever this machine has: every probe fails; empty tiktoken and Hugging Face caches. (The
     libraries read HF_HUB_OFFLINE when imported, which this test process did already: their settings are set
-    here as data.hf_dataset's environment variables set them in a fresh process.)"""
+    here as sources.hf_dataset's environment variables set them in a fresh process.)"""
     import datasets.config
     import huggingface_hub.constants
-    monkeypatch.setattr(data, "reachable", lambda *a, **k: False)
+    monkeypatch.setattr(sources, "reachable", lambda *a, **k: False)
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -88,7 +90,7 @@ def test_shifted_split_keeps_zero_bytes_and_pads_with_zero():
 
 
 def test_byte_tokenizer_round_trip():
-    enc = data.get_tokenizer("byte", "t")
+    enc = sources.get_tokenizer("byte", "t")
     text = "Ünïcödé — naïve 東京 🙂\n\n  spaces\t<|endoftext|>"
     ids = enc.encode_ordinary(text)
     assert ids == list(text.encode("utf-8")) and enc.decode(ids) == text
@@ -97,7 +99,7 @@ def test_byte_tokenizer_round_trip():
 
 def test_unknown_tokenizer(offline):
     with pytest.raises(data.DataError) as e:
-        data.get_tokenizer("nonsense", "imdb")
+        sources.get_tokenizer("nonsense", "imdb")
     assert_one_line_error(e, "imdb", "nonsense", "cl100k_base")
 
 
@@ -115,10 +117,10 @@ def test_text_chunks_tokenise_like_the_whole_text():
     ranks = {bytes([i]): i for i in range(256)}
     for merged in (b"\n\n", b" \n", b"\n ", b" t", b"he", b" the", b" =", b"  "):
         ranks[merged] = len(ranks)
-    enc = tiktoken.Encoding(name="merges", pat_str=data.GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={})
+    enc = tiktoken.Encoding(name="merges", pat_str=sources.GPT2_PATTERN, mergeable_ranks=ranks, special_tokens={})
     text = " = Title = \n \n The head , the tail \n\nthe end \n \n  indented\n\tx\n = = Sub = = \n" * 40
     lines = text.splitlines(keepends=True)
-    pieces = list(data.text_chunks(lines, size=50))
+    pieces = list(lm.text_chunks(lines, size=50))
     assert len(pieces) > 10 and "".join(pieces) == text
     assert [t for p in pieces for t in enc.encode_ordinary(p)] == enc.encode_ordinary(text)
     careless, buf = [], ""                                      # cut before every line that starts a word
@@ -168,7 +170,7 @@ def markers_of(clean):
 
 
 def test_pathfinder_label_is_the_connectivity_of_the_markers(tmp_path):
-    images, labels, clean = data.generate_pathfinder(120, seed=5, clean=True)
+    images, labels, clean = pathfinder.generate_pathfinder(120, seed=5, clean=True)
     assert images.shape == (120, 32, 32) and images.dtype == np.uint8 and clean.shape == (120, 64, 64)
     assert labels.sum() == 60                                              # exactly balanced
     connected = []
@@ -189,26 +191,26 @@ def test_pathfinder_label_is_the_connectivity_of_the_markers(tmp_path):
 
 def test_pathfinder_stamps_stay_in_their_own_image():
     pix = np.array([[[-1000, -1000]], [[1000, 1000]], [[-5, 70]]])              # far off the canvas
-    idx = data._pf_index(np.arange(3) * data.PF_N ** 2, pix)[:, 0]
-    reach = np.abs(data._PF_DISC_BOX).max()
+    idx = pathfinder._pf_index(np.arange(3) * pathfinder.PF_N ** 2, pix)[:, 0]
+    reach = np.abs(pathfinder._PF_DISC_BOX).max()
     for i, j in enumerate(idx):
-        y, x = divmod(j - i * data.PF_N ** 2, data.PF_N)
-        assert reach <= y < data.PF_N - reach and reach <= x < data.PF_N - reach
+        y, x = divmod(j - i * pathfinder.PF_N ** 2, pathfinder.PF_N)
+        assert reach <= y < pathfinder.PF_N - reach and reach <= x < pathfinder.PF_N - reach
 
 
 def test_pathfinder_is_deterministic_and_varied():
-    a, la = data.generate_pathfinder(40, seed=[0, 0, 3])
-    b, lb = data.generate_pathfinder(40, seed=[0, 0, 3])
-    c, _ = data.generate_pathfinder(40, seed=[0, 0, 4])
+    a, la = pathfinder.generate_pathfinder(40, seed=[0, 0, 3])
+    b, lb = pathfinder.generate_pathfinder(40, seed=[0, 0, 3])
+    c, _ = pathfinder.generate_pathfinder(40, seed=[0, 0, 4])
     assert (a == b).all() and (la == lb).all() and not (a == c).all()
     assert len({im.tobytes() for im in a}) == 40
 
 
 @pytest.fixture
 def small_pathfinder(monkeypatch):
-    monkeypatch.setattr(data, "PATHFINDER_SIZES", {"train": 300, "val": 100, "test": 100})
-    monkeypatch.setattr(data, "PATHFINDER_SHARD", 100)
-    monkeypatch.setattr(data, "MAX_WORKERS", 1)
+    monkeypatch.setattr(pathfinder, "PATHFINDER_SIZES", {"train": 300, "val": 100, "test": 100})
+    monkeypatch.setattr(pathfinder, "PATHFINDER_SHARD", 100)
+    monkeypatch.setattr(pathfinder, "MAX_WORKERS", 1)
 
 
 def test_pathfinder_task_makes_only_the_shards_it_needs(small_pathfinder, tmp_path):
@@ -228,10 +230,10 @@ def test_pathfinder_task_makes_only_the_shards_it_needs(small_pathfinder, tmp_pa
 
 
 def test_pathfinder_shards_are_the_same_in_parallel(small_pathfinder, monkeypatch, tmp_path):
-    monkeypatch.setattr(data, "MAX_WORKERS", 2)
-    a = data.pathfinder_generated(str(tmp_path / "a"), "train", 2)         # two processes
-    monkeypatch.setattr(data, "MAX_WORKERS", 1)
-    b = data.pathfinder_generated(str(tmp_path / "b"), "train", 2)
+    monkeypatch.setattr(pathfinder, "MAX_WORKERS", 2)
+    a = pathfinder.pathfinder_generated(str(tmp_path / "a"), "train", 2)         # two processes
+    monkeypatch.setattr(pathfinder, "MAX_WORKERS", 1)
+    b = pathfinder.pathfinder_generated(str(tmp_path / "b"), "train", 2)
     assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
 
 
@@ -317,7 +319,7 @@ def test_image_local_and_hugging_face_agree(tmp_path, hf):
     xs = {s: batch_of(local.split(s)) for s in ("train", "val", "test")}
     assert [len(y) for _, y in xs.values()] == [18, 2, 3]                  # first 90% / last 10% / test
     train_rgb = np.concatenate([cifar_images(4, i)[0] for i in range(1, 6)])
-    gray = data.rgb_to_gray(train_rgb).reshape(20, -1).astype(np.int64) + 1
+    gray = image.rgb_to_gray(train_rgb).reshape(20, -1).astype(np.int64) + 1
     assert (xs["train"][0].numpy() == gray[:18]).all() and (xs["val"][0].numpy() == gray[18:]).all()
     assert xs["train"][1].tolist() == sum((cifar_images(4, i)[1] for i in range(1, 6)), [])[:18]
     assert xs["train"][0][0, :3].tolist() == [76 + 1, 255 + 1, 0 + 1]     # tf's grayscale; black is token 1
@@ -380,7 +382,7 @@ def test_imdb_task_bpe(tmp_path, hf):
     task = data.load_task("imdb", cache_dir=tmp_path, data_dir=None, tokenizer="byte")
     assert (task.vocab_size, task.block_size, task.n_classes) == (258, 512, 2)   # byte ids + 1
     x, y = batch_of(task.split("test"))
-    enc = data.byte_encoding()
+    enc = sources.byte_encoding()
     texts = REVIEWS[("test", "neg")] + REVIEWS[("test", "pos")]
     for row, t in zip(x.numpy(), texts):
         ids = enc.encode_ordinary(t)[:512]
@@ -394,7 +396,7 @@ def test_imdb_task_bpe(tmp_path, hf):
 def test_cache_is_reused_and_leaves_no_temporary_files(tmp_path, monkeypatch):
     root = write_aclimdb(tmp_path / "d")
     first = data.load_task("text", cache_dir=tmp_path / "c", data_dir=str(root))
-    monkeypatch.setattr(data, "read_aclimdb", lambda *a: pytest.fail("the cache was not used"))
+    monkeypatch.setattr(tasks.text, "read_aclimdb", lambda *a: pytest.fail("the cache was not used"))
     second = data.load_task("text", cache_dir=tmp_path / "c", data_dir=str(root))
     assert torch.equal(batch_of(first.split("train"))[0], batch_of(second.split("train"))[0])
     assert isinstance(second.split("train").tokens, np.memmap)
@@ -530,7 +532,7 @@ def test_wikitext_memmap_bins_local_and_hugging_face(tmp_path, hf):
     task = data.load_task("wikitext103", cache_dir=tmp_path / "c", data_dir=str(tmp_path), tokenizer="byte",
                           block_size=16)
     assert (task.kind, task.vocab_size, task.block_size) == ("lm", 257, 16)
-    enc = data.byte_encoding()
+    enc = sources.byte_encoding()
     streams = {}
     for s, name in (("train", "train"), ("val", "valid"), ("test", "test")):
         stream = task.split(s).stream
@@ -555,7 +557,7 @@ def test_openwebtext_hugging_face_and_nanogpt_bins(tmp_path, hf):
     hf.datasets["Skylion007/openwebtext"] = datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": docs})})
     task = data.load_task("openwebtext", cache_dir=tmp_path / "c", data_dir=None, tokenizer="byte", block_size=8)
     assert (task.vocab_size, task.has("val"), task.has("test")) == (257, True, False)
-    enc = data.byte_encoding()
+    enc = sources.byte_encoding()
     got = [enc.decode(np.array(task.split(s).stream).tolist()).split("<|endoftext|>")[:-1] for s in ("train", "val")]
     assert len(got[1]) == 1 and sorted(got[0] + got[1]) == sorted(docs)     # nanoGPT's 0.05% for val
     # nanoGPT's prepared files are used where they are: uint16 gpt2 ids, no tokenizer needed
@@ -605,14 +607,14 @@ def test_hf_dataset_offline_mode_and_parquet_fallback(monkeypatch):
     for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
         monkeypatch.setenv(name, "0")                         # restored after the test, whatever happens
         monkeypatch.delenv(name)
-    monkeypatch.setattr(data, "reachable", lambda *a, **k: True)          # online: the script fallback
-    assert data.hf_dataset("p/d", "cfg", parquet_dir="cfg") == "parquet"
+    monkeypatch.setattr(sources, "reachable", lambda *a, **k: True)          # online: the script fallback
+    assert sources.hf_dataset("p/d", "cfg", parquet_dir="cfg") == "parquet"
     assert calls == [("p/d", "cfg", {}, None, None),
                      ("p/d", None, {"revision": "refs/convert/parquet", "data_dir": "cfg"}, None, None)]
     calls.clear()
-    monkeypatch.setattr(data, "reachable", lambda *a, **k: False)         # offline: the cache only, once
+    monkeypatch.setattr(sources, "reachable", lambda *a, **k: False)         # offline: the cache only, once
     with pytest.raises(data.DataError, match="no network and not in the Hugging Face cache"):
-        data.hf_dataset("p/d", "cfg", parquet_dir="cfg")
+        sources.hf_dataset("p/d", "cfg", parquet_dir="cfg")
     assert calls == [("p/d", "cfg", {}, "1", "1")]
 
 

@@ -12,6 +12,7 @@ import torch
 
 import data
 import diffeqformer
+from tasks import listops
 import simpletron
 import train
 import transject
@@ -23,10 +24,10 @@ TINY = ["--n_layer", "2", "--n_embd", "16", "--n_head", "2", "--eval_iters", "2"
 
 def write_listops(folder, sizes, seed):
     folder.mkdir(parents=True, exist_ok=True)
-    examples = data.listops_chunk(((seed, 0), sum(sizes), 5, 80))          # short trees: fast tests
+    examples = listops.listops_chunk(((seed, 0), sum(sizes), 5, 80))          # short trees: fast tests
     start = 0
     for split, n in zip(("train", "val", "test"), sizes):
-        data.write_listops_tsv(folder / f"basic_{split}.tsv", examples[start:start + n])
+        listops.write_listops_tsv(folder / f"basic_{split}.tsv", examples[start:start + n])
         start += n
     return folder
 

@@ -1,7 +1,7 @@
 """ListOps: the LRA generator and its options, values, lengths, the TSV format, the tokenizer, the binary
 cache, the reading errors and the reference rules (baselines).
 
-The references here are written separately from data.py: a recursive-descent parser of LRA's left-nested
+The references here are written separately from tasks/listops.py: a recursive-descent parser of LRA's left-nested
 pairs, an evaluator over the parsed tree that uses numpy.median (LRA's own MED), a stack machine over the
 bracket-free tokens, hand-worked trees from scripted random draws, brute-force enumeration for the
 top-level-digits rule, and distribution facts of the recipe on fixed seeds, with tolerances that a one-line
@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 import data
+from tasks import listops
 
 OPS = {"[MIN": min, "[MAX": max, "[MED": lambda a: int(np.median(a)), "[SM": lambda a: sum(a) % 10}
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
@@ -106,7 +107,7 @@ def scripted(draws):
 
 @pytest.fixture(scope="module")
 def examples():
-    return data.listops_chunk(((7, 0), 200, 500, 2000))
+    return listops.listops_chunk(((7, 0), 200, 500, 2000))
 
 
 @pytest.fixture(scope="module")
@@ -118,7 +119,7 @@ def parsed(examples):
 def unfiltered():
     """Trees drawn by the recipe with no length filter (no early stop), and their values."""
     rnd = random.Random(5).random
-    return [(parse_lra(text), value) for text, value, _ in (data.listops_operator(1, rnd, 10 ** 9) for _ in range(400))]
+    return [(parse_lra(text), value) for text, value, _ in (listops.listops_operator(1, rnd, 10 ** 9) for _ in range(400))]
 
 
 # ----- the generator, pinned exactly
@@ -126,7 +127,7 @@ def unfiltered():
 def test_the_lra_draw_is_pinned():
     # sha256 of the first three rows of data/listops/basic_train.tsv as the LRA-setting generator has always
     # written them (seed 0): making the generator configurable must not change one byte of the LRA files
-    rows = "".join(f"{s}\t{v}\n" for s, v in data.listops_chunk(((0, 0), 3, 500, 2000)))
+    rows = "".join(f"{s}\t{v}\n" for s, v in listops.listops_chunk(((0, 0), 3, 500, 2000)))
     assert hashlib.sha256(rows.encode()).hexdigest() == \
         "6746db9659d3035cef59d57d7816cab9c23bade42d4c0615b34703b371906b8f"
 
@@ -134,34 +135,34 @@ def test_the_lra_draw_is_pinned():
 def test_hand_worked_trees_from_scripted_draws():
     # k: 2 + int(0.0 * 9) = 2; leaf (0.9 > 0.25) digit int(0.25 * 10) = 2; leaf 9; operator int(0.3 * 4) = MAX
     rnd = scripted([0.0, 0.9, 0.25, 0.9, 0.95, 0.3])
-    assert data.listops_operator(1, rnd, 2000) == ("( ( ( [MAX 2 ) 9 ) ] )", 9, 4)
+    assert listops.listops_operator(1, rnd, 2000) == ("( ( ( [MAX 2 ) 9 ) ] )", 9, 4)
     assert rnd.left() == 0
     # k = 2 + int(0.23 * 9) = 4. First child: r = 0.25 is an operator (LRA: r > 0.25 is a leaf) at depth 2:
     # k 2, leaf 7, leaf 1 (r = 0.26), SM -> 8. Then leaves 5, 0, 2; MED of 8, 5, 0, 2 = (2 + 5) // 2 = 3
     rnd = scripted([0.23, 0.25, 0.0, 0.5, 0.7, 0.26, 0.1, 0.99, 0.8, 0.5, 0.9, 0.0, 0.4, 0.2, 0.6])
     sub = "( ( ( [SM 7 ) 1 ) ] )"
-    assert data.listops_operator(1, rnd, 2000) == ("( ( ( ( ( [MED " + sub + " ) 5 ) 0 ) 2 ) ] )", 3, 9)
+    assert listops.listops_operator(1, rnd, 2000) == ("( ( ( ( ( [MED " + sub + " ) 5 ) 0 ) 2 ) ] )", 3, 9)
     assert rnd.left() == 0
     # SM wraps: 7 + 8 + 9 = 24 -> 4; MIN; odd-count MED
     for op_draw, value in ((0.75, 4), (0.0, 7), (0.5, 8)):
         rnd = scripted([0.12, 0.9, 0.7, 0.9, 0.8, 0.9, 0.9, op_draw])
-        text, v, n = data.listops_operator(1, rnd, 2000)
+        text, v, n = listops.listops_operator(1, rnd, 2000)
         assert (v, n) == (value, 5) and text.endswith("7 ) 8 ) 9 ) ] )") and rnd.left() == 0
     # at the depth limit a child is a leaf without a draw for r: depth 2 of 3, k = 2 + int(0.4 * 2)
     rnd = scripted([0.4, 0.35, 0.45, 0.1])
-    assert data.listops_operator(2, rnd, 2000, max_depth=3, args=(2, 3)) == ("( ( ( [MIN 3 ) 4 ) ] )", 3, 4)
+    assert listops.listops_operator(2, rnd, 2000, max_depth=3, args=(2, 3)) == ("( ( ( [MIN 3 ) 4 ) ] )", 3, 4)
     assert rnd.left() == 0
     # one level above the limit children may be operators: r = 0.2 at depth 1 of 3
     rnd = scripted([0.0, 0.2, 0.0, 0.35, 0.45, 0.1, 0.9, 0.6, 0.6])
-    assert data.listops_operator(1, rnd, 2000, max_depth=3, args=(2, 3)) == \
+    assert listops.listops_operator(1, rnd, 2000, max_depth=3, args=(2, 3)) == \
         ("( ( ( [MED ( ( ( [MIN 3 ) 4 ) ] ) ) 6 ) ] )", 4, 7)
     # the argument range: 3 + int(0.999 * 3) = 5 arguments
     rnd = scripted([0.999] + [0.9, 0.1] * 5 + [0.3])
-    assert data.listops_operator(1, rnd, 2000, args=(3, 5)) == ("( ( ( ( ( ( [MAX 1 ) 1 ) 1 ) 1 ) 1 ) ] )", 1, 7)
+    assert listops.listops_operator(1, rnd, 2000, args=(3, 5)) == ("( ( ( ( ( ( [MAX 1 ) 1 ) 1 ) 1 ) 1 ) ] )", 1, 7)
     # the budget: a tree stops as soon as it reaches it (a subtree of length 4 under a budget of 6)
     rnd = scripted([0.0, 0.1, 0.0, 0.9, 0.1, 0.9, 0.2, 0.4])
-    with pytest.raises(data._TooLong):
-        data.listops_operator(1, rnd, 6)
+    with pytest.raises(listops._TooLong):
+        listops.listops_operator(1, rnd, 6)
 
 
 def test_values_and_format_agree_with_independent_readers(examples, parsed):
@@ -204,12 +205,12 @@ def test_the_recipe_frequencies_on_unfiltered_draws(unfiltered):
     halves = [a for a in evens if sum(sorted(map(value_of, a[1]))[len(a[1]) // 2 - 1:len(a[1]) // 2 + 1]) % 2]
     assert len(halves) > 50                      # the rounding is exercised, and value_of agrees with the draw:
     for tree in unfiltered[:100]:
-        text = data.listops_operator(1, scripted_replay(tree), 10 ** 9)[0]
+        text = listops.listops_operator(1, scripted_replay(tree), 10 ** 9)[0]
         assert parse_lra(text) == tree
 
 
 def scripted_replay(tree):
-    """The draws that make data.listops_operator grow `tree` (LRA recipe), read back from the tree."""
+    """The draws that make listops.listops_operator grow `tree` (LRA recipe), read back from the tree."""
     draws = []
 
     def emit(node, depth):
@@ -230,12 +231,12 @@ def scripted_replay(tree):
 
 def test_the_length_window_is_exclusive_and_both_ends_are_reached():
     # depth 2 and 2-4 arguments: lengths 4, 5, 6; the window 4 < n < 6 keeps only length 5
-    ex = data.listops_chunk(((1, 2), 30, 4, 6, 2, (2, 4)))
-    assert {len(data.listops_tokens(s)) for s, _ in ex} == {5} and len(ex) <= 30
-    ex = data.listops_chunk(((1, 2), 60, 3, 7, 2, (2, 4)))
-    assert {len(data.listops_tokens(s)) for s, _ in ex} == {4, 5, 6}
+    ex = listops.listops_chunk(((1, 2), 30, 4, 6, 2, (2, 4)))
+    assert {len(listops.listops_tokens(s)) for s, _ in ex} == {5} and len(ex) <= 30
+    ex = listops.listops_chunk(((1, 2), 60, 3, 7, 2, (2, 4)))
+    assert {len(listops.listops_tokens(s)) for s, _ in ex} == {4, 5, 6}
     # a small setting: depth 3, 2-3 arguments; trees of 6 < n < 12 reach depth 3 and both argument counts
-    ex = data.listops_chunk(((1, 3), 300, 6, 12, 3, (2, 3)))
+    ex = listops.listops_chunk(((1, 3), 300, 6, 12, 3, (2, 3)))
     trees = [parse_lra(s) for s, _ in ex]
     assert all(6 < length_of(t) < 12 and value_of(t) == v for t, (_, v) in zip(trees, ex))
     assert max(d for t in trees for d, _ in walk(t)) == 3
@@ -244,7 +245,7 @@ def test_the_length_window_is_exclusive_and_both_ends_are_reached():
 
 def test_generation_merges_chunks_in_order_whatever_the_processes(monkeypatch):
     kw = dict(seed=3, min_len=20, max_len=200, chunk=10, progress=False)
-    serial = data.generate_listops(35, processes=1, **kw)
+    serial = listops.generate_listops(35, processes=1, **kw)
     fork = multiprocessing.get_context("fork")               # the pool's workers forked, not spawned: the same
     pools = []                                               # work without ~10 s of imports
 
@@ -253,18 +254,18 @@ def test_generation_merges_chunks_in_order_whatever_the_processes(monkeypatch):
             pools.append(k)
             return fork.Pool(k)
     monkeypatch.setattr(multiprocessing, "get_context", lambda method: (pools.append(method), Context())[1])
-    assert data.generate_listops(35, processes=2, **kw) == serial
+    assert listops.generate_listops(35, processes=2, **kw) == serial
     assert pools == ["spawn", 2]                             # 2 workers (35 // 10 + 2 = 5 chunks a round)
-    data.generate_listops(10, processes=2, **kw)             # one chunk is enough: no pool
+    listops.generate_listops(10, processes=2, **kw)             # one chunk is enough: no pool
     assert pools == ["spawn", 2]
-    data.generate_listops(15, processes=8, **kw)             # no more workers than chunks a round (15 // 10 + 2)
+    listops.generate_listops(15, processes=8, **kw)             # no more workers than chunks a round (15 // 10 + 2)
     assert pools == ["spawn", 2, "spawn", 3]
     reference = {}
     for i in range(5):                                       # chunk i is drawn from seed (3, i)
-        for s, v in data.listops_chunk(((3, i), 10, 20, 200)):
+        for s, v in listops.listops_chunk(((3, i), 10, 20, 200)):
             reference.setdefault(s, v)
     assert serial == list(reference.items())[:35] and len(serial) == 35
-    assert data.generate_listops(35, processes=1, **{**kw, "seed": 4}) != serial
+    assert listops.generate_listops(35, processes=1, **{**kw, "seed": 4}) != serial
 
 
 def test_generation_shows_its_progress_over_chunks(monkeypatch):
@@ -284,37 +285,37 @@ def test_generation_shows_its_progress_over_chunks(monkeypatch):
         def update(self, k):
             bars[-1]["n"] += k
     monkeypatch.setattr(tqdm, "tqdm", Bar)
-    data.generate_listops(35, seed=3, min_len=20, max_len=200, chunk=10, processes=1)
-    data.generate_listops(30, seed=3, min_len=20, max_len=200, chunk=10, processes=1, progress=False)
+    listops.generate_listops(35, seed=3, min_len=20, max_len=200, chunk=10, processes=1)
+    listops.generate_listops(30, seed=3, min_len=20, max_len=200, chunk=10, processes=1, progress=False)
     assert bars == [{"total": 4, "disable": False, "n": 4}, {"total": 3, "disable": True, "n": 3}]   # ceil(n / chunk)
 
 
 def test_a_chunk_gives_up_after_a_run_of_draws_without_a_new_tree(monkeypatch):
-    monkeypatch.setattr(data, "LISTOPS_STALE_DRAWS", 5_000)
+    monkeypatch.setattr(listops, "LISTOPS_STALE_DRAWS", 5_000)
     every = {f"( ( ( {op} {a} ) {b} ) ] )" for op in OPS for a in range(10) for b in range(10)}
     for count in (400, 401):                                 # [OP a b]: 400 trees; ~10,500 draws to see them all
-        ex = data.listops_chunk(((2, 0), count, 3, 5, 2, (2, 2)))
+        ex = listops.listops_chunk(((2, 0), count, 3, 5, 2, (2, 2)))
         assert {s for s, _ in ex} == every and len(ex) == 400
 
 
 def test_a_setting_with_too_few_trees_fails_instead_of_looping():
     with pytest.raises(data.DataError, match=r"only (399|400) distinct trees found, fewer than the 500"):  # [OP a b]
-        data.generate_listops(500, min_len=3, max_len=5, chunk=50, depth=2, args=(2, 2), processes=1, progress=False)
+        listops.generate_listops(500, min_len=3, max_len=5, chunk=50, depth=2, args=(2, 2), processes=1, progress=False)
 
 
 # ----- the task: its options, splits and caches
 
 def test_setting_options_and_cache_names():
-    lra = data.listops_setting()
+    lra = listops.listops_setting()
     assert (lra.depth, lra.args, lra.lengths, lra.sizes) == (10, (2, 10), (500, 2000), (96_000, 2_000, 2_000))
-    assert lra.folder_name() == "listops" and data.listops_setting(10, "2,10", "500,2000", "96000,2000,2000") == lra
-    small = data.listops_setting(4, "2,5", (10, 100), "9000,500,500")
+    assert lra.folder_name() == "listops" and listops.listops_setting(10, "2,10", "500,2000", "96000,2000,2000") == lra
+    small = listops.listops_setting(4, "2,5", (10, 100), "9000,500,500")
     assert small.folder_name() == "listops-depth4-args2-5-len10-100-n9000-500-500"
-    names = {data.listops_setting(*s).folder_name() for s in
+    names = {listops.listops_setting(*s).folder_name() for s in
              [(4, "2,5", "10,100"), (5, "2,5", "10,100"), (4, "3,5", "10,100"), (4, "2,6", "10,100"),
               (4, "2,5", "11,100"), (4, "2,5", "10,99"), (4, "2,5", "10,100", "1,2,3")]}
     assert len(names) == 7                                   # every parameter is in the name
-    assert data.ListOpsSetting(3, (2, 2)).longest() == 2 + 2 * (2 + 2 * 1)     # depth 3: 10 tokens at most
+    assert listops.ListOpsSetting(3, (2, 2)).longest() == 2 + 2 * (2 + 2 * 1)     # depth 3: 10 tokens at most
     assert lra.longest() > 10 ** 9
 
 
@@ -342,27 +343,27 @@ def test_bad_settings_fail_in_one_line_before_generating(tmp_path, kw, message):
 
 
 def test_the_probe_counts_kept_and_distinct_trees_and_estimates_the_rest(tmp_path, monkeypatch):
-    setting = data.listops_setting(2, "2,3", "3,5", "1,1,1")          # [OP a b]: 400 trees, 1/8 of the draws
-    kept, distinct, estimate = data.listops_probe(setting, draws=4000, seed=1)
+    setting = listops.listops_setting(2, "2,3", "3,5", "1,1,1")          # [OP a b]: 400 trees, 1/8 of the draws
+    kept, distinct, estimate = listops.listops_probe(setting, draws=4000, seed=1)
     rnd = random.Random("listops-probe-1").random                 # the same draws, counted here
     trees = []
     for _ in range(4000):
         if rnd() > 0.25:
             rnd()
             continue
-        text, _, n = data.listops_operator(1, rnd, 5, 2, (2, 3))
+        text, _, n = listops.listops_operator(1, rnd, 5, 2, (2, 3))
         if n == 4:
             trees.append(text)
     assert (kept, distinct) == (len(trees), len(set(trees))) and 250 < distinct < 400
     assert estimate == pytest.approx(kept ** 2 / (2 * (kept - distinct)))
-    assert data.listops_probe(data.listops_setting(3, "2,5", "10,40", "1,1,1"), draws=500)[2] == float("inf")
+    assert listops.listops_probe(listops.listops_setting(3, "2,5", "10,40", "1,1,1"), draws=500)[2] == float("inf")
     # the task refuses a setting when the estimate is below twice the trees asked for, and only then
-    kept, distinct, estimate = data.listops_probe(setting)
+    kept, distinct, estimate = listops.listops_probe(setting)
     low, high = int(estimate / 2) - 1, int(estimate / 2) + 1          # numbers of trees: passes, fails the probe
     with pytest.raises(data.DataError, match=f"has only about {int(estimate)} distinct trees, too few for {high}"):
         data.load_task("listops", cache_dir=str(tmp_path), listops_depth=2, listops_args="2,3", listops_len="3,5",
                        listops_sizes=f"{high - 2},1,1")
-    monkeypatch.setattr(data, "LISTOPS_STALE_DRAWS", 20_000)   # a chunk gives up sooner once all 400 are drawn
+    monkeypatch.setattr(listops, "LISTOPS_STALE_DRAWS", 20_000)   # a chunk gives up sooner once all 400 are drawn
     with pytest.raises(data.DataError, match=f"only 400 distinct trees found, fewer than the {low}"):   # generates
         data.load_task("listops", cache_dir=str(tmp_path), listops_depth=2, listops_args="2,3", listops_len="3,5",
                        listops_sizes=f"{low - 2},1,1")
@@ -380,7 +381,7 @@ def test_a_small_setting_is_generated_into_its_own_folder(tmp_path, capsys):
     assert [len(r) for r in rows.values()] == [60, 7, 9]
     texts = [text for r in rows.values() for text, _ in r]
     assert len(set(texts)) == 76                             # the splits are disjoint
-    assert [(t, int(v)) for r in rows.values() for t, v in r] == data.generate_listops(
+    assert [(t, int(v)) for r in rows.values() for t, v in r] == listops.generate_listops(
         76, seed=0, min_len=5, max_len=30, depth=3, args=(2, 4), processes=1, progress=False)
     for s, r in rows.items():
         split = task.split(s)
@@ -392,7 +393,7 @@ def test_a_small_setting_is_generated_into_its_own_folder(tmp_path, capsys):
     lra = tmp_path / "listops"
     lra.mkdir()
     for s in ("train", "val", "test"):
-        data.write_listops_tsv(lra / f"basic_{s}.tsv", [("( ( ( [MAX 2 ) 9 ) ] )", 9)])
+        listops.write_listops_tsv(lra / f"basic_{s}.tsv", [("( ( ( [MAX 2 ) 9 ) ] )", 9)])
     task = data.load_task("listops", cache_dir=str(tmp_path))
     assert task.block_size == 2000 and task.split("test").labels.tolist() == [9]
     # a folder left half-written (a run killed while generating): made again, in the folder that is there
@@ -402,64 +403,64 @@ def test_a_small_setting_is_generated_into_its_own_folder(tmp_path, capsys):
 
 
 def test_split_sizes_of_the_lra_setting():
-    assert data.LISTOPS_SIZES == {"train": 96_000, "val": 2_000, "test": 2_000}
-    assert data.LISTOPS_VOCAB == ("<pad>", *"0123456789", "[MIN", "[MAX", "[MED", "[SM", "]")
+    assert listops.LISTOPS_SIZES == {"train": 96_000, "val": 2_000, "test": 2_000}
+    assert listops.LISTOPS_VOCAB == ("<pad>", *"0123456789", "[MIN", "[MAX", "[MED", "[SM", "]")
 
 
 def test_the_binary_cache_is_used_and_follows_the_tsv(tmp_path, examples, monkeypatch):
     tsv = tmp_path / "basic_test.tsv"
-    data.write_listops_tsv(tsv, examples[:20])
-    assert os.path.getsize(tsv) < data.LISTOPS_NPY_MIN_BYTES
-    data.listops_split(str(tsv), str(tmp_path / "cache"))
+    listops.write_listops_tsv(tsv, examples[:20])
+    assert os.path.getsize(tsv) < listops.LISTOPS_NPY_MIN_BYTES
+    listops.listops_split(str(tsv), str(tmp_path / "cache"))
     assert not (tmp_path / "cache").exists()                # a small file: parsed, not cached
-    monkeypatch.setattr(data, "LISTOPS_NPY_MIN_BYTES", os.path.getsize(tsv))
-    data.write_listops_tsv(tsv, examples[:20])
+    monkeypatch.setattr(listops, "LISTOPS_NPY_MIN_BYTES", os.path.getsize(tsv))
+    listops.write_listops_tsv(tsv, examples[:20])
     cache = tmp_path / "cache"
-    first = data.listops_split(str(tsv), str(cache), block_size=700)
+    first = listops.listops_split(str(tsv), str(cache), block_size=700)
     (folder,) = os.listdir(cache / "listops-npy")
     assert sorted(os.listdir(cache / "listops-npy" / folder)) == ["labels.npy", "lengths.npy", "tokens.npy"]
-    reference = data.read_listops_tsv(tsv, block_size=700)
-    for split in (first, data.listops_split(str(tsv), str(cache), block_size=700)):
+    reference = listops.read_listops_tsv(tsv, block_size=700)
+    for split in (first, listops.listops_split(str(tsv), str(cache), block_size=700)):
         assert isinstance(split.tokens, np.ndarray) and split.tokens.shape == reference.tokens.shape
         assert (np.asarray(split.tokens) == reference.tokens).all() and (split.lengths == reference.lengths).all()
         assert (split.labels == reference.labels).all() and split.lengths.max() == 700
-    second = data.listops_split(str(tsv), str(cache), block_size=700)
+    second = listops.listops_split(str(tsv), str(cache), block_size=700)
     assert isinstance(second.tokens, np.memmap) or isinstance(second.tokens.base, np.memmap)   # read from the cache
-    data.write_listops_tsv(tsv, examples[20:60])             # the TSV changes: parsed again, old arrays dropped
-    changed = data.listops_split(str(tsv), str(cache), block_size=2000)
+    listops.write_listops_tsv(tsv, examples[20:60])             # the TSV changes: parsed again, old arrays dropped
+    changed = listops.listops_split(str(tsv), str(cache), block_size=2000)
     assert changed.labels.tolist() == [v for _, v in examples[20:60]]
     assert len(os.listdir(cache / "listops-npy")) == 1 and os.listdir(cache / "listops-npy") != [folder]
     (cache / "listops-npy" / os.listdir(cache / "listops-npy")[0] / "labels.npy").write_bytes(b"junk")
-    assert data.listops_split(str(tsv), str(cache)).labels.tolist() == [v for _, v in examples[20:60]]
-    repaired = data.listops_split(str(tsv), str(cache))      # the damaged arrays were replaced
+    assert listops.listops_split(str(tsv), str(cache)).labels.tolist() == [v for _, v in examples[20:60]]
+    repaired = listops.listops_split(str(tsv), str(cache))      # the damaged arrays were replaced
     assert isinstance(repaired.tokens, np.memmap) and repaired.labels.tolist() == [v for _, v in examples[20:60]]
 
 
 def test_tsv_round_trip(tmp_path, examples):
     path = tmp_path / "basic_test.tsv"
-    data.write_listops_tsv(path, examples)
+    listops.write_listops_tsv(path, examples)
     assert path.read_text().startswith("Source\tTarget\n") and path.read_text().count("\n") == len(examples) + 1
-    split = data.read_listops_tsv(path, block_size=2000)
+    split = listops.read_listops_tsv(path, block_size=2000)
     assert len(split) == len(examples)
     for i, (text, value) in enumerate(examples):
-        ids = data.listops_tokens(text)
+        ids = listops.listops_tokens(text)
         assert split.labels[i] == value
         assert split.lengths[i] == len(ids)
         assert (split.tokens[i, :len(ids)] == ids).all() and (split.tokens[i, len(ids):] == 0).all()
-    short = data.read_listops_tsv(path, block_size=600)      # cut to block_size
+    short = listops.read_listops_tsv(path, block_size=600)      # cut to block_size
     assert short.tokens.shape[1] == 600 and (short.tokens == split.tokens[:, :600]).all()
     assert (short.lengths == np.minimum(split.lengths, 600)).all()
 
 
 def test_tokenizer_keeps_closing_brackets_and_drops_parentheses():
-    ids = data.listops_tokens("( ( [SM 1 ) ( ( [MIN 0 ) 7 ) ] ) ] )")
-    assert [data.LISTOPS_VOCAB[i] for i in ids] == ["[SM", "1", "[MIN", "0", "7", "]", "]"]
-    assert data.listops_tokens("( ( ( [MAX 2 ) 9 ) ] )").tolist() == [12, 3, 10, 15]
-    assert data.listops_tokens(b"( ( ( [MED 0 ) 9 ) ] )").tolist() == [13, 1, 10, 15]
-    assert len(data.LISTOPS_VOCAB) == 16 and data.LISTOPS_VOCAB[0] == "<pad>"
+    ids = listops.listops_tokens("( ( [SM 1 ) ( ( [MIN 0 ) 7 ) ] ) ] )")
+    assert [listops.LISTOPS_VOCAB[i] for i in ids] == ["[SM", "1", "[MIN", "0", "7", "]", "]"]
+    assert listops.listops_tokens("( ( ( [MAX 2 ) 9 ) ] )").tolist() == [12, 3, 10, 15]
+    assert listops.listops_tokens(b"( ( ( [MED 0 ) 9 ) ] )").tolist() == [13, 1, 10, 15]
+    assert len(listops.LISTOPS_VOCAB) == 16 and listops.LISTOPS_VOCAB[0] == "<pad>"
     for bad in ("[MAXX 1 ]", "[MAX 10 ]", "[max 1 ]", "[MAX 1 ] x"):
         with pytest.raises(ValueError, match="unknown symbol"):
-            data.listops_tokens(bad)
+            listops.listops_tokens(bad)
 
 
 VALID = "( ( ( [MIN 3 ) 4 ) ] )\t3"
@@ -483,25 +484,25 @@ def test_a_malformed_line_names_file_and_line(tmp_path, line, reason):
     path = tmp_path / "basic_val.tsv"
     path.write_text(f"Source\tTarget\n{VALID}\n" + line + "\n")
     with pytest.raises(data.DataError, match=rf"basic_val.tsv, line 3: malformed ListOps row .*{reason}.*; fix"):
-        data.read_listops_tsv(path, block_size=2000)
+        listops.read_listops_tsv(path, block_size=2000)
 
 
 def test_unreadable_files_name_the_file_and_what_to_do(tmp_path):
     path = tmp_path / "basic_train.tsv"
     path.write_bytes(f"Source\tTarget\n{VALID}\n{VALID}\n".encode() + b"( ( ( [MIN 3 ) 4 \xff ] )\t3\n")
     with pytest.raises(data.DataError, match=r"basic_train.tsv, line 4: .*byte 0xff at column 18 is not UTF-8"):
-        data.read_listops_tsv(path)
+        listops.read_listops_tsv(path)
     for text, message in (("", "is empty"), ("Source\tTarget\n", "has no examples"), ("Source\tTarget\n\n \n", "has no")):
         path.write_text(text)
         with pytest.raises(data.DataError, match=f"basic_train.tsv {message}.*'Source<TAB>Target'"):
-            data.read_listops_tsv(path, fix="what to do")
+            listops.read_listops_tsv(path, fix="what to do")
     path.unlink()
     path.mkdir()
     with pytest.raises(data.DataError, match="basic_train.tsv is a folder where the ListOps file should be; do this"):
-        data.read_listops_tsv(path, fix="do this")
+        listops.read_listops_tsv(path, fix="do this")
     path.rmdir()
     path.write_text(f"{VALID}\n\n( ( ( [SM 3 ) 9 ) ] )\t2\r\n7\t7\n")  # no header, a blank line, CRLF, a digit
-    split = data.read_listops_tsv(path)
+    split = listops.read_listops_tsv(path)
     assert split.labels.tolist() == [3, 2, 7] and split.lengths.tolist() == [4, 4, 1]
     assert split.tokens.tolist() == [[11, 4, 5, 15], [14, 4, 10, 15], [8, 0, 0, 0]]
 
@@ -522,7 +523,7 @@ def test_data_dir_errors_say_what_to_do(tmp_path):
 def test_release_folder_layout(tmp_path, examples):
     folder = tmp_path / "lra_release" / "listops-1000"
     folder.mkdir(parents=True)
-    data.write_listops_tsv(folder / "basic_test.tsv", examples[:20])
+    listops.write_listops_tsv(folder / "basic_test.tsv", examples[:20])
     for given in (folder, folder.parent):                   # the folder itself or the one that holds it
         task = data.load_task("listops", data_dir=str(given), cache_dir=str(tmp_path / "c"))
         assert task.has("test") and not task.has("train") and task.block_size == 2000
@@ -537,12 +538,12 @@ def test_release_folder_layout(tmp_path, examples):
 
 def test_top_of_a_tree():
     tree = "( ( ( ( ( [SM 4 ) ( ( ( [MIN 3 ) 8 ) ] ) ) 1 ) ( ( ( [MAX 9 ) 9 ) ] ) ) ] )"
-    assert data.listops_top(data.listops_tokens(tree)) == (3, (1, 4), 2)
-    assert data.listops_subtree_values(data.listops_tokens(tree)) == [3, 9]
+    assert listops.listops_top(listops.listops_tokens(tree)) == (3, (1, 4), 2)
+    assert listops.listops_subtree_values(listops.listops_tokens(tree)) == [3, 9]
     nested = "( ( ( ( [MAX 2 ) ( ( ( ( [MIN 7 ) ( ( ( [SM 1 ) 2 ) ] ) ) 8 ) ] ) ) 0 ) ] )"   # MIN(7, SM(1, 2), 8)
-    assert data.listops_subtree_values(data.listops_tokens(nested)) == [3]
-    assert data.listops_top(data.listops_tokens("( ( ( [MED 7 ) 2 ) ] )")) == (2, (2, 7), 0)
-    assert data.listops_top(np.array([8])) == (None, (7,), 0) and data.listops_subtree_values([8]) == []
+    assert listops.listops_subtree_values(listops.listops_tokens(nested)) == [3]
+    assert listops.listops_top(listops.listops_tokens("( ( ( [MED 7 ) 2 ) ] )")) == (2, (2, 7), 0)
+    assert listops.listops_top(np.array([8])) == (None, (7,), 0) and listops.listops_subtree_values([8]) == []
 
 
 @pytest.mark.parametrize("op", [0, 1, 2, 3])
@@ -556,9 +557,9 @@ def test_top_digits_posterior_agrees_with_enumeration(op):
         for xs in itertools.product(range(10), repeat=m):    # every value of the hidden subtrees
             want[fn(list(digits) + list(xs))] += np.prod(q[list(xs)])
         with np.errstate(all="raise"):                      # no 0/0 where no draw can reach a value
-            got = data.listops_top_digits_posterior(op, digits, m, q)
+            got = listops.listops_top_digits_posterior(op, digits, m, q)
         np.testing.assert_allclose(got, want, atol=1e-12, err_msg=str((op, digits, m)))
-    assert data.listops_top_digits_posterior(op, (2, 7), 0, q).tolist() == np.eye(10)[fn([2, 7])].tolist()
+    assert listops.listops_top_digits_posterior(op, (2, 7), 0, q).tolist() == np.eye(10)[fn([2, 7])].tolist()
 
 
 def test_baselines_on_a_hand_worked_split():
@@ -579,18 +580,18 @@ def test_baselines_on_a_hand_worked_split():
             (t(sm, "1", "3"), 4),                    # digits yes
             (t(mn, "2", "3"), 2),                    # majority yes, operator no (4), digits yes
             ("7", 7)]                                # a lone digit: no operator seen in training -> majority (no)
-    got = data.listops_baselines(train, test=test, train=train)
+    got = listops.listops_baselines(train, test=test, train=train)
     assert got["test"] == pytest.approx({"majority": 2 / 8, "top_operator": 2 / 8, "top_digits": 7 / 8})
     # q from the first 3 training trees only: no subtrees there, so q is uniform. Then MIN(6, X) -> 6 (0.4):
     # yes; SM(3 + X) -> all 0.1, the smallest label 0: no; MED(1, X) -> 1, 2, 3, 4 with 0.2 each -> 1: no
-    assert data.listops_baselines(train, fit=3, test=test)["test"]["top_digits"] == pytest.approx(6 / 8)
+    assert listops.listops_baselines(train, fit=3, test=test)["test"]["top_digits"] == pytest.approx(6 / 8)
     # on its own training split: operator rule right on 5, 5 | 4, 4 | 8 | 2 = 6 of 8; digits: the 5 trees
     # without subtrees, MIN(4, X) -> 4, MIN(9, X) -> 4 (X = 4 with 2/3), SM(1 + X) -> 5 (wrong: 8) = 7 of 8
     assert got["train"] == pytest.approx({"majority": 2 / 8, "top_operator": 6 / 8, "top_digits": 7 / 8})
-    split = data.ClassificationSplit(*_padded([data.listops_tokens(s) for s, _ in test]), [y for _, y in test])
-    assert data.listops_baselines(train, test=split)["test"] == got["test"]     # a split of token ids
-    assert data.listops_baselines(train, test=[])["test"] == {"majority": 0, "top_operator": 0, "top_digits": 0}
-    assert data.listops_baselines(train, test=test[:1])["test"] == {"majority": 0, "top_operator": 0, "top_digits": 1}
+    split = data.ClassificationSplit(*_padded([listops.listops_tokens(s) for s, _ in test]), [y for _, y in test])
+    assert listops.listops_baselines(train, test=split)["test"] == got["test"]     # a split of token ids
+    assert listops.listops_baselines(train, test=[])["test"] == {"majority": 0, "top_operator": 0, "top_digits": 0}
+    assert listops.listops_baselines(train, test=test[:1])["test"] == {"majority": 0, "top_operator": 0, "top_digits": 1}
 
 
 def _padded(rows):
@@ -636,7 +637,7 @@ def test_the_heldout_generator_agrees_and_excludes_the_task_splits(tmp_path, cap
     assert max(d for t in trees for d, _ in walk(t)) == 3
     assert {len(n[1]) for t in trees for _, n in walk(t) if not isinstance(n, int)} == {2, 3}
     # the two generators draw the same distribution: lengths (6..11) and labels within sampling noise
-    ours = data.generate_listops(2000, seed=9, min_len=5, max_len=12, depth=3, args=(2, 3), processes=1,
+    ours = listops.generate_listops(2000, seed=9, min_len=5, max_len=12, depth=3, args=(2, 3), processes=1,
                                  progress=False)
     theirs = [(text, int(v)) for text, v in rows[1:]]
     for pick in (lambda s, v: length_of(parse_lra(s)), lambda s, v: v):

@@ -13,10 +13,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import data
 import simpletron as st
 import train
 import transject as tj
+from tasks import listops
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -851,9 +851,9 @@ def test_expert_and_residual_weights():
 # train.py
 
 def test_trains_and_evaluates_through_train_py(tmp_path):
-    examples = data.listops_chunk(((3, 0), 96, 5, 60))
+    examples = listops.listops_chunk(((3, 0), 96, 5, 60))
     for i, split in enumerate(("train", "val", "test")):
-        data.write_listops_tsv(tmp_path / f"basic_{split}.tsv", examples[32 * i:32 * (i + 1)])
+        listops.write_listops_tsv(tmp_path / f"basic_{split}.tsv", examples[32 * i:32 * (i + 1)])
     common = ["--model", "transject", "--data_dir", tmp_path, "--batch_size", "8", "--eval_iters", "2", "--warmup", "2"]
     m = train.main([str(a) for a in [*common, "--max_iters", "3", "--out_dir", tmp_path / "run", "--dropout", "0.1"]])
     assert m["iters"] == 3 and m["config"]["pool"] == "max" and m["config"]["sigma"] == "learned"

@@ -1,0 +1,283 @@
+"""
+Language modelling with BPE, as nanoGPT: every split tokenised once into a .bin file of token ids
+(uint16 for gpt2) that is memory-mapped, never loaded. wikitext103 and openwebtext are GPT-2's usual
+data; textfile takes any text for a quick experiment (first 90% train, last 10% val, as nanoGPT).
+Penn Treebank, word level (Mikolov's release: ptb.{train,valid,test}.txt, 10k words with <unk>).
+Without --data_dir the Hugging Face copy (ptb_text_only, the same sentences) is written out once as
+those three files under cache_dir/ptb/ and read back the same way.
+"""
+
+import glob
+import itertools
+import os
+
+import numpy as np
+
+from data import (DataError, LMSplit, Task, atomic_write_text, cached_dir, file_problem, id_dtype, load_json,
+                  read_lines, read_text, reading, release, save_json, source_key, task)
+from tasks.sources import encode_batch, get_tokenizer, hf_rows, hf_split, load_hf
+
+
+PTB_LAYOUT = ("DIR with Mikolov's ptb.train.txt, ptb.valid.txt, ptb.test.txt (simple-examples.tgz; DIR may "
+              "also hold simple-examples/data/ or ptb/)")
+PTB_FILES = {"train": "ptb.train.txt", "val": "ptb.valid.txt", "test": "ptb.test.txt"}
+
+
+def ptb_files(data_dir):
+    """{split: path} of Mikolov's three files under data_dir."""
+    _, paths = release("ptb", data_dir, f"use {PTB_LAYOUT}", list(PTB_FILES.values()), ["simple-examples/data", "ptb"])
+    return {s: paths[name] for s, name in PTB_FILES.items()}
+
+
+def read_words(path):
+    return [w for line in read_lines(path) for w in line.split() + ["<eos>"]]
+
+
+def fetch_ptb(folder):
+    def build(tmp):
+        dd = load_hf("ptb", PTB_LAYOUT, "ptb-text-only/ptb_text_only", "penn_treebank", parquet_dir="penn_treebank")
+        for split, name in PTB_FILES.items():
+            ds = hf_split(dd, ["validation" if split == "val" else split], "ptb")
+            lines = [f" {s} \n" for batch, in hf_rows(ds, ["sentence"]) for s in batch]
+            atomic_write_text(os.path.join(tmp, name), "".join(lines))
+    return cached_dir(folder, build, "ptb: writing Hugging Face's Penn Treebank as Mikolov's files")
+
+
+@task("ptb")
+def ptb(data_dir=None, cache_dir="data", block_size=35, **_):
+    files = ptb_files(fetch_ptb(os.path.join(cache_dir, "ptb")) if data_dir is None else data_dir)
+    words = {s: read_words(p) for s, p in files.items()}
+    vocab = {w: i for i, w in enumerate(sorted(set(words["train"])), start=1)}  # 0 is padding
+    for s, ws in words.items():
+        unknown = next((w for w in ws if w not in vocab), None)
+        if unknown is not None:
+            raise DataError(f"{files[s]}: word {unknown!r} is not in the training vocabulary (that of "
+                            f"{files['train']}; Mikolov's files write rare words as <unk>)")
+    streams = {s: np.array([vocab[w] for w in ws], dtype=np.int32) for s, ws in words.items()}
+    loaders = {s: (lambda s=s: LMSplit(streams[s], block_size, files[s])) for s in streams}
+    return Task("ptb", "lm", len(vocab) + 1, block_size, 0, loaders, sources=files)
+
+
+WIKITEXT_LAYOUT = ("DIR with WikiText-103 (wikitext-103-v1.zip or wikitext-103-raw-v1.zip unpacked): "
+                   "DIR/wiki.train.tokens, wiki.valid.tokens, wiki.test.tokens (or wiki.*.raw; DIR may also hold "
+                   "wikitext-103/ or wikitext-103-raw/)")
+OWT_LAYOUT = ("DIR with nanoGPT's data/openwebtext/train.bin and val.bin (gpt2 ids, uint16; DIR may also hold "
+              "openwebtext/)")
+
+
+def safe_cut(before, line):
+    """Whether tokenising the text that ends in `before` (its last two characters, a newline last) and the
+    text that starts with `line` separately gives the same tokens as tokenising them at once (gpt2, r50k,
+    p50k, cl100k and o200k patterns): when `line` starts with one space and then a non-space, or with a
+    non-space after a newline that follows a non-space. (Before a non-space, a run of blanks such as " \n\n"
+    splits differently in mid-text than at the end of a text.)"""
+    if not before.endswith("\n") or not line or line[0] in "\r\n":
+        return False
+    if line[0] == " ":
+        return len(line) > 1 and not line[1].isspace()
+    return not line[0].isspace() and (len(before) < 2 or not before[-2].isspace())
+
+
+def text_chunks(lines, size=1 << 20):
+    """Join lines (each ending in a newline but the last) into pieces of about `size` characters, cut only
+    where the tokens cannot change (safe_cut): tokenising the pieces one by one equals tokenising the whole."""
+    buf, n, tail = [], 0, ""
+    for line in lines:
+        if n >= size and safe_cut(tail, line):
+            yield "".join(buf)
+            buf, n = [], 0
+        buf.append(line)
+        n += len(line)
+        tail = (tail + line)[-2:]
+    if buf:
+        yield "".join(buf)
+
+
+def write_bin(path, pieces, enc, eot=False, batch=64):
+    """Tokenise text pieces (an iterable of str) with enc and write the ids to path (nanoGPT's .bin: raw
+    ids, uint16 when they fit), a batch of pieces at a time; eot=True ends every piece with <|endoftext|>."""
+    dtype = id_dtype(enc.n_vocab)
+    n = 0
+    with open(path, "wb") as f:
+        group = []
+        for piece in pieces:
+            group.append(piece)
+            if len(group) == batch:
+                n += _write_ids(f, encode_batch(enc, group), dtype, enc.eot_token if eot else None)
+                group = []
+        if group:
+            n += _write_ids(f, encode_batch(enc, group), dtype, enc.eot_token if eot else None)
+    return n
+
+
+def _write_ids(f, rows, dtype, eot):
+    ids = np.concatenate([np.asarray(r + ([eot] if eot is not None else []), dtype=dtype) for r in rows])
+    ids.tofile(f)
+    return len(ids)
+
+
+def load_bin(path, dtype):
+    return np.memmap(path, dtype=dtype, mode="r") if os.path.getsize(path) else np.zeros(0, dtype)
+
+
+def lm_bin_task(name, folder, block_size, splits, sources=None):
+    """A language-model Task over a folder of .bin streams described by its meta.json (vocab_size, dtype)."""
+    meta = load_json(os.path.join(folder, "meta.json"))
+    hint = f"; delete {folder} to rebuild it" if sources is None else ""
+    try:
+        dtype, vocab_size = np.dtype(meta["dtype"]), int(meta["vocab_size"])
+        if dtype.kind != "u" or vocab_size < 2:
+            raise ValueError
+    except (TypeError, KeyError, ValueError):
+        raise DataError(f"{os.path.join(folder, 'meta.json')}: expected {{\"vocab_size\": N, \"dtype\": \"uint16\"}}"
+                        f"{hint}") from None
+    sources = sources or {s: os.path.join(folder, f"{s}.bin") for s in splits}
+    loaders = {s: (lambda s=s: LMSplit(load_bin(os.path.join(folder, f"{s}.bin"), dtype), block_size, sources[s]))
+               for s in splits}
+    return Task(name, "lm", vocab_size, block_size, 0, loaders, sources=sources)
+
+
+@task("wikitext103")
+def wikitext103(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **_):
+    names = (("train", "train"), ("val", "valid"), ("test", "test"))
+    sources = None
+    if data_dir is not None:
+        layout, sub = f"use {WIKITEXT_LAYOUT}", ["wikitext-103", "wikitext-103-raw"]
+        folder, found = release("wikitext103", data_dir, layout, (), sub, ["wiki.train.tokens", "wiki.train.raw"])
+        ext = "tokens" if found["wiki.train.tokens"] else "raw"
+        _, files = release("wikitext103", folder, layout, [f"wiki.{f}.{ext}" for _, f in names])
+        sources = {s: files[f"wiki.{f}.{ext}"] for s, f in names}
+        key = source_key(sources.values())
+
+        def lines(split):
+            yield from read_lines(sources[split])
+    else:
+        key, dd = "hf", []
+
+        def lines(split):
+            if not dd:
+                dd.append(load_hf("wikitext103", WIKITEXT_LAYOUT, "Salesforce/wikitext", "wikitext-103-raw-v1"))
+            for batch, in hf_rows(hf_split(dd[0], ["validation" if split == "val" else split], "wikitext103"), ["text"]):
+                yield from batch
+    folder = os.path.join(cache_dir, "wikitext103", f"{key}-{tokenizer}")
+    if not os.path.isdir(folder):
+        def build(out):
+            enc = get_tokenizer(tokenizer, "wikitext103") if data_dir is not None else None
+            chunks = {split: text_chunks(lines(split)) for split, _ in names}
+            first = next(chunks["train"], None)              # the data first: offline, its error is the useful one
+            enc = enc or get_tokenizer(tokenizer, "wikitext103")
+            print(f"wikitext103: tokenising with {tokenizer} ...", flush=True)
+            for split, _ in names:
+                pieces = chunks[split]
+                if split == "train" and first is not None:
+                    pieces = itertools.chain([first], pieces)
+                write_bin(os.path.join(out, f"{split}.bin"), pieces, enc)
+            save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab,
+                                                       "dtype": np.dtype(id_dtype(enc.n_vocab)).name})
+
+        cached_dir(folder, build, f"wikitext103: tokenised with {tokenizer}")
+    return lm_bin_task("wikitext103", folder, block_size, [s for s, _ in names], sources)
+
+
+def check_ids(path, dtype, vocab, tokenizer, stamps):
+    """A DataError if the .bin file at path holds an id >= vocab. A file checked once is remembered under
+    `stamps` (by path, size and modification time), so that a large train.bin is read only once."""
+    stamp = os.path.join(stamps, f"{source_key([path])}-{vocab}")
+    if os.path.isfile(stamp):
+        return
+    ids = load_bin(path, dtype)
+    for start in range(0, len(ids), 1 << 26):
+        chunk = ids[start:start + (1 << 26)]
+        if chunk.max() >= vocab:
+            i = int(np.argmax(chunk >= vocab))
+            raise DataError(f"{path} holds id {chunk[i]} (at position {start + i:,}), outside --tokenizer "
+                            f"{tokenizer}'s {vocab:,} ids; nanoGPT's files hold gpt2 ids: use --tokenizer gpt2 (no "
+                            "download needed)")
+    os.makedirs(stamps, exist_ok=True)
+    atomic_write_text(stamp, "")
+
+
+@task("openwebtext")
+def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt2", **_):
+    if data_dir is not None:                                 # nanoGPT's prepared files, used where they are
+        folder, files = release("openwebtext", data_dir, f"use {OWT_LAYOUT}", ["train.bin", "val.bin"],
+                                ["openwebtext", "data/openwebtext"], ["meta.json"])
+        sources = {s: files[f"{s}.bin"] for s in ("train", "val")}
+        if files["meta.json"]:
+            return lm_bin_task("openwebtext", folder, block_size, ("train", "val"), sources)
+        vocab = 50257 if tokenizer in ("gpt2", "r50k_base") else get_tokenizer(tokenizer, "openwebtext").n_vocab
+        dtype = np.dtype(id_dtype(vocab))
+        for path in sources.values():
+            size = os.path.getsize(path)
+            if size == 0 or size % dtype.itemsize:
+                raise DataError(f"openwebtext: {path} is empty or not a file of {dtype.name} ids; use {OWT_LAYOUT}")
+
+        def load(s):                                         # train.bin is checked when it is used
+            with reading(sources[s]):
+                check_ids(sources[s], dtype, vocab, tokenizer, os.path.join(cache_dir, "openwebtext", "checked"))
+                return LMSplit(load_bin(sources[s], dtype), block_size, sources[s])
+        load("val")                                          # small: a wrong --tokenizer fails at once
+        return Task("openwebtext", "lm", vocab, block_size, 0, {s: (lambda s=s: load(s)) for s in sources},
+                    sources=sources)
+    folder = os.path.join(cache_dir, "openwebtext", f"hf-{tokenizer}")
+    if not os.path.isdir(folder):
+        def build(out):
+            dd = load_hf("openwebtext", OWT_LAYOUT, "Skylion007/openwebtext")
+            enc = get_tokenizer(tokenizer, "openwebtext")
+            print(f"openwebtext: tokenising with {tokenizer} (an hour or more, as nanoGPT's prepare.py) ...", flush=True)
+            # nanoGPT's split: 0.05% of the documents for val, seed 2357
+            split = hf_split(dd, ["train"], "openwebtext").train_test_split(test_size=0.0005, seed=2357, shuffle=True)
+            for name, ds in (("train", split["train"]), ("val", split["test"])):
+                docs = (doc for batch, in hf_rows(ds, ["text"]) for doc in batch)
+                write_bin(os.path.join(out, f"{name}.bin"), docs, enc, eot=True, batch=1024)
+            save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab,
+                                                       "dtype": np.dtype(id_dtype(enc.n_vocab)).name})
+
+        cached_dir(folder, build, f"openwebtext: tokenised with {tokenizer}")
+    return lm_bin_task("openwebtext", folder, block_size, ("train", "val"))
+
+
+@task("textfile")
+def textfile(cache_dir="data", data_dir=None, block_size=256, tokenizer="gpt2", **_):
+    """Any text: --data_dir FILE.txt, or a folder whose *.txt files are joined in name order. --tokenizer
+    char numbers the distinct characters from 1 (nanoGPT's shakespeare_char); otherwise BPE ids."""
+    usage = ("pass --data_dir FILE.txt (or a folder of .txt files) and --tokenizer char (characters), byte "
+             "or gpt2 (the default) / another tiktoken encoding")
+    if data_dir is None:
+        raise DataError(f"textfile: no text given; {usage}")
+    if os.path.isdir(data_dir):
+        files = sorted(glob.glob(os.path.join(glob.escape(data_dir), "*.txt")))
+        if not files:
+            raise DataError(f"textfile: no .txt file in --data_dir {data_dir}; {usage}")
+    elif file_problem(data_dir):
+        raise DataError(f"textfile: --data_dir {data_dir} {file_problem(data_dir)}; {usage}")
+    else:
+        files = [data_dir]
+    key = source_key(files)
+    where = data_dir if len(files) == 1 else f"the {len(files)} .txt files of {data_dir}"
+    sources = {"train": f"{where} (its first 90%, the train split)", "val": f"{where} (its last 10%, the val split)"}
+    folder = os.path.join(cache_dir, "textfile", f"{key}-{tokenizer}")
+    if not os.path.isdir(folder):
+        def build(out):
+            enc = None if tokenizer == "char" else get_tokenizer(tokenizer, "textfile")
+            text = "".join(read_text(p) for p in files)
+            if not text:
+                raise DataError(f"textfile: {where} holds no text")
+            if enc is None:
+                codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+                chars, ids = np.unique(codes, return_inverse=True)
+                ids, vocab = ids + 1, len(chars) + 1
+                meta = {"tokenizer": "char", "chars": "".join(map(chr, chars))}
+                ids = ids.astype(id_dtype(vocab))
+            else:
+                vocab, meta = enc.n_vocab, {"tokenizer": tokenizer}
+                write_bin(os.path.join(out, "all.bin"), text_chunks(text.splitlines(keepends=True)), enc)
+                ids = np.fromfile(os.path.join(out, "all.bin"), dtype=id_dtype(vocab))
+                os.remove(os.path.join(out, "all.bin"))
+            cut = int(0.9 * len(ids))
+            ids[:cut].tofile(os.path.join(out, "train.bin"))
+            ids[cut:].tofile(os.path.join(out, "val.bin"))
+            save_json(os.path.join(out, "meta.json"), {**meta, "vocab_size": vocab, "dtype": ids.dtype.name})
+
+        cached_dir(folder, build, f"textfile: {len(files)} file(s) tokenised with {tokenizer}")
+    return lm_bin_task("textfile", folder, block_size, ("train", "val"), sources)
