@@ -40,7 +40,7 @@ from config import (FLAGS, LISTOPS_FLAGS, MODELS, UsageError, build_model, check
 
 
 # ----------------------------------------------------------------------------------------------
-# The optimiser and its schedule
+# The optimiser, evaluation, measurements and the processes of a torchrun launch
 
 def learning_rate(args, step):                              # step counts from 1
     if args.schedule == "rsqrt":                             # SimpleTRON (Table 3)
@@ -81,9 +81,6 @@ def gate_report(model, start, args, steps):
                          "used": abs(moved) / budget if budget else 0.0}
     return out
 
-
-# ----------------------------------------------------------------------------------------------
-# Evaluation and measurement
 
 @torch.no_grad()
 def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=1234, dist=None, progress=None):
@@ -165,9 +162,6 @@ def attention_std(model, x):
         attn_std.append(y[real].double().std().item())       # over the real tokens' (D) outputs
     return {"score_std": score_std, "attn_std": attn_std}
 
-
-# ----------------------------------------------------------------------------------------------
-# The processes of a torchrun launch (one process alone without it)
 
 class Distributed:
     """The processes of one torchrun launch (DistributedDataParallel, one device each: cuda:LOCAL_RANK with
@@ -257,12 +251,27 @@ def step_seed(seed, it, rank):
     return seed * 1_000_003 + it + rank * 2 ** 40
 
 
+def per_second(count, seconds):
+    """A rate; 0 before any time has passed (a resumed run that has no step left)."""
+    return count / seconds if seconds > 0 else 0.0
+
+
+def seconds_left(steps_left, seconds, steps):
+    """The time the remaining steps take at the pace of the last `steps` steps, which took `seconds`."""
+    return steps_left * seconds / steps
+
+
+def past_time_limit(minutes, seconds):
+    """Whether a run `seconds` old has passed its --time_limit of `minutes` (None: no limit)."""
+    return minutes is not None and seconds > 60 * minutes
+
+
 # ----------------------------------------------------------------------------------------------
-# A run's settings: its flags, its checkpoints and its model's Config fields
+# main's steps, in its order
 
 def inherit_from(args, given):
-    """--init_from CKPT: the checkpoint. The run takes its model, and its task unless --task is given, then with
-    its data from the same place (--data_dir, --cache_dir, --tokenizer, the ListOps flags) unless given."""
+    """--init_from CKPT: the checkpoint, whose model the run takes, and its task unless --task is given (then its
+    data from the same place: --data_dir, --cache_dir, --tokenizer and the ListOps flags, unless given)."""
     if not args.init_from:
         return None
     source = load_checkpoint(args.init_from)
@@ -291,18 +300,8 @@ def resume_state(args, given):
     return ckpt
 
 
-def default_out_dir(args):
-    """out/MODEL-TASK; a run from --init_from CKPT writes beside CKPT's run: RUN-eval or RUN-finetune."""
-    if args.init_from:
-        return os.path.relpath(os.path.dirname(os.path.abspath(args.init_from))
-                               + ("-eval" if args.eval_only else "-finetune"))
-    return os.path.join("out", f"{args.model}-{args.task}")
-
-
-def rescale_batch(ckpt, dist, args, batch_given):
-    """A run resumed on another number of processes keeps its global batch, unless --batch_size is given."""
-    if ckpt is None or ckpt.get("world_size", 1) == dist.world or batch_given:
-        return
+def rescale_batch(ckpt, dist, args):
+    """A run resumed on another number of processes keeps its global batch."""
     global_batch = args.batch_size * ckpt.get("world_size", 1)
     if global_batch % dist.world:
         raise UsageError(f"{args.out_dir} was trained with a global batch of {global_batch}, which "
@@ -311,24 +310,8 @@ def rescale_batch(ckpt, dist, args, batch_given):
     print(f"{dist.world} processes of --batch_size {args.batch_size} keep the run's batch of {global_batch}")
 
 
-def model_settings(args, given, overrides, ckpt, source):
-    """The model's Config fields, checked before any data is read: a resumed run's own, an --init_from
-    checkpoint's with the fields given, or the model's own with the preset's and the flags'."""
-    if ckpt is not None:
-        config_dict = ckpt["config"]
-    elif source is not None:
-        config_dict = {**source["config"], **{k: v for k, v in overrides.items() if k in given}}
-    else:
-        config_dict = dict(MODELS[args.model][1], **overrides)
-    check_config(args.model, config_dict)
-    return config_dict
-
-
-# ----------------------------------------------------------------------------------------------
-# The task and the model
-
 def open_task(args, config_dict, dist):
-    """The task with every split the run uses loaded and checked (under torchrun: built and cached)."""
+    """The task, every split the run uses loaded and checked (under torchrun: built and cached in full)."""
     task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
                           tokenizer=args.tokenizer, **{k: getattr(args, k) for k in LISTOPS_FLAGS},
                           **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
@@ -339,26 +322,24 @@ def open_task(args, config_dict, dist):
 
 
 def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):
-    """The Config fields the task decides (vocabulary, length, head, classes) where the settings leave them open;
-    a checkpoint's model must fit the task as it is, BERT's gets a new classifier."""
-    task_fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=task.kind,
-                       n_classes=task.n_classes)
+    """The Config fields the task decides (vocabulary, length, head, classes) where the settings leave them open.
+    A checkpoint's model must fit the task as it is; BERT's gets a new classifier."""
+    fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=task.kind, n_classes=task.n_classes)
     for k in ("vocab_size", "head", "n_classes"):
-        if from_checkpoint and config_dict[k] != task_fields[k]:
-            raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {task_name} needs "
-                             f"{task_fields[k]}")
-    if pretrained is not None:                               # BERT's vocabulary, and a new classifier
+        if from_checkpoint and config_dict[k] != fields[k]:
+            raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {task_name} needs {fields[k]}")
+    if pretrained is not None:
         if task.vocab_size > config_dict["vocab_size"]:
             raise UsageError(f"--init_from_bert: the tokenizer has {task.vocab_size} ids, BERT's embedding "
                              f"{config_dict['vocab_size']}")
         config_dict["n_classes"] = task.n_classes
-    return {**config_dict, **{k: v for k, v in task_fields.items() if k not in config_dict or k == "head"}}
+    return {**config_dict, **{k: v for k, v in fields.items() if k not in config_dict or k == "head"}}
 
 
 def build_run_model(args, config_dict, source, ckpt, pretrained):
-    """The model with its first weights: BERT's (--init_from_bert), the --init_from checkpoint's, then discretised
-    (--steps) or with SimpleTRON's attention (--transfer_from); a resumed run's own last."""
-    if pretrained is not None:
+    """The model and its first weights: BERT's, or the --init_from checkpoint's (then discretised by --steps),
+    with SimpleTRON's attention (--transfer_from); a resumed run's own last."""
+    if pretrained is not None:                               # SimpleTRON's Section 5.3
         model = bert.bert_model(pretrained, {**MODELS[args.model][1], **config_dict})
         print(f"from BERT {args.init_from_bert}: {model.config.n_layer} of {pretrained[0]['num_hidden_layers']} "
               f"layers, {model.config.attention} attention; a new classifier on the [CLS] state (BERT's pooler is "
@@ -367,7 +348,7 @@ def build_run_model(args, config_dict, source, ckpt, pretrained):
         model = build_model(args.model, config_dict)
     if source is not None:
         load_weights(model, source["model"], args.init_from)
-    if (args.steps is not None or args.lora_rank) and ckpt is None:   # DiffEqFormer's adaptive fine-tuning (6.2)
+    if (args.steps is not None or args.lora_rank) and ckpt is None:
         model = discretised(model, args, source)
     if args.transfer_from:                                   # SimpleTRON's Section 4.2
         simple = load_checkpoint(args.transfer_from)
@@ -384,8 +365,8 @@ def build_run_model(args, config_dict, source, ckpt, pretrained):
 
 
 def discretised(model, args, source):
-    """--steps N [--lora_rank r]: the DiffEqFormer ODE of --init_from as an ordinary N-block model, W(t_k)
-    materialised, with LoRA on every linear map (freezing the rest) if r > 0."""
+    """DiffEqFormer's adaptive fine-tuning (6.2): the ODE of --init_from as --steps N ordinary blocks, W(t_k)
+    materialised, with LoRA of rank --lora_rank on every linear map (freezing the rest) if given."""
     if source is None or args.steps is None or not hasattr(model, "discretize") or model.config.discrete:
         raise UsageError("--steps N [--lora_rank r --lora_alpha a] needs --init_from CKPT, a checkpoint of the "
                          "DiffEqFormer ODE (--model diffeqformer, not discretised already)")
@@ -411,18 +392,13 @@ def load_weights(model, state, path):
 # ----------------------------------------------------------------------------------------------
 # Training
 
-@dataclasses.dataclass
 class Run:
-    """What the steps of one run share. Its clock counts the run's seconds over all its sessions (--resume)."""
-    args: object                             # the flags, resolved
-    dist: "Distributed"                      # the processes; dist.device is this one's device
-    autocast: object                         # bfloat16 on CUDA, else nothing
-    model: torch.nn.Module
-    optimizer: torch.optim.Optimizer
-    gate_start: dict                         # each scalar gate's value at step 0 (gate_report)
-    t_start: float                           # when this session started
-    time_before: float                       # the seconds of the run's earlier sessions
-    log: object                              # open_log's file
+    """What the steps of one run share: its settings, processes, model and optimiser, its log.jsonl (rank 0;
+    the others write nowhere) and its clock, which counts the run's seconds over all its sessions (--resume)."""
+
+    def __init__(self, args, dist, autocast, model, optimizer, gate_start, log, t_start, time_before):
+        self.args, self.dist, self.autocast, self.model, self.optimizer = args, dist, autocast, model, optimizer
+        self.gate_start, self.log, self.t_start, self.time_before = gate_start, log, t_start, time_before
 
     def seconds(self):
         return self.time_before + time.time() - self.t_start
@@ -431,7 +407,7 @@ class Run:
         self.log.write(json.dumps(record) + "\n")
 
     def save(self, it):
-        """out_dir/ckpt.pt after step `it`: all an exact --resume needs (atomically: never half a file)."""
+        """out_dir/ckpt.pt after step `it`: all an exact --resume needs, written whole or not at all."""
         if self.dist.master:
             state = {"model_name": self.args.model, "config": dataclasses.asdict(self.model.config),
                      "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "iter": it,
@@ -439,46 +415,27 @@ class Run:
                      "time": self.seconds()}
             data.atomic_write(os.path.join(self.args.out_dir, "ckpt.pt"), lambda f: torch.save(state, f))
 
-    def log_attention_std(self, batch, it):
-        """--attn_std_interval: each block's attention std on the fixed batch, every that many steps and at the end."""
-        args = self.args
-        if batch is not None and (it % args.attn_std_interval == 0 or it == args.max_iters) and self.dist.master:
-            self.write({"step": it, **attention_std(self.model, batch), "time": round(self.seconds(), 3)})
-
 
 def run_args(args):
     return {name: getattr(args, name) for name, *_ in FLAGS}
 
 
 def open_log(out_dir, ckpt, start, master):
-    """out_dir/log.jsonl, one JSON record a line (rank 0 writes it; the others write nowhere)."""
+    """out_dir/log.jsonl: a new one, or a resumed run's without the steps after its checkpoint (they run again)."""
     path = os.path.join(out_dir, "log.jsonl")
-    if ckpt is not None and os.path.isfile(path) and master:    # steps after the checkpoint run again
+    if ckpt is not None and os.path.isfile(path) and master:
         with open(path) as f:
             kept = [line for line in f if line.strip() and json.loads(line)["step"] <= start]
         data.atomic_write_text(path, "".join(kept))
     return open(path, "a" if ckpt is not None else "w") if master else open(os.devnull, "w")
 
 
-def restore_optimizer(optimizer, ckpt, model, out_dir):
-    """(the step to start from, each scalar gate's value at step 0): a resumed run's, with its optimiser's state."""
-    gate_start = {name: p.item() for name, p in model.named_parameters() if p.dim() == 0}
-    if ckpt is None:
-        return 0, gate_start
-    if len(ckpt["optimizer"]["param_groups"]) != len(optimizer.param_groups):
-        raise UsageError(f"{out_dir}/ckpt.pt was written by an older train.py (other optimiser groups); "
-                         "start a new run instead of --resume")
-    optimizer.load_state_dict(ckpt["optimizer"])
-    print(f"resuming {out_dir} at step {ckpt['iter']}")
-    return ckpt["iter"], ckpt.get("gate_start", gate_start)
-
-
 def training_model(model, train, args, dist, autocast):
-    """What the steps call: the model, compiled with --compile, in DistributedDataParallel under torchrun."""
+    """What the steps call: the model, compiled by --compile, in DistributedDataParallel under torchrun."""
     train_model = torch.compile(model) if args.compile else model
     if dist.on:     # DDP averages the gradients over the processes; told of parameters a step leaves unused
-        x, y = (dist.share(t).to(dist.device) for t in train.sample(args.batch_size * dist.world,
-                                                                     np.random.default_rng(0)))
+        x, y = (dist.share(t).to(dist.device)
+                for t in train.sample(args.batch_size * dist.world, np.random.default_rng(0)))
         unused = dist.sum(len(unused_parameters(model, x, y, autocast)))[0]
         train_model = torch.nn.parallel.DistributedDataParallel(
             train_model, device_ids=[torch.cuda.current_device()] if dist.device == "cuda" else None,
@@ -487,7 +444,7 @@ def training_model(model, train, args, dist, autocast):
 
 
 def train_step(run, train_model, train, kind, it):
-    """Step it + 1: grad_accum micro-batches of the global batch, this process's share of each, then the
+    """Step it + 1: grad_accum micro-batches of the global batch (this process's share of each), then the
     optimiser. Returns (lr, loss, correct, count, tokens) of this process."""
     args, dist = run.args, run.dist
     lr = learning_rate(args, it + 1)
@@ -520,14 +477,23 @@ def train_step(run, train_model, train, kind, it):
     return lr, loss_sum, correct, count, tokens
 
 
-def train_loop(run, train_model, task, train, start, std_batch):
+def train_loop(run, train_model, task, train, start):
     """Steps from `start` to --max_iters, the time limit or Ctrl-C: a log.jsonl record a step, the progress line
     every log_interval steps, val and the checkpoint every eval_interval. Returns (the last step, why it stopped,
     the tokens trained on, the seconds of training)."""
     args, dist = run.args, run.dist
-    it, tokens, t_train = start, 0, 0.0
+    if args.attn_std_interval:                               # one fixed val batch, drawn without the training rng
+        std_batch = (task.split("val") if task.has("val") else train).sample(
+            min(args.batch_size, 64), np.random.default_rng(4321))[0].to(dist.device)
+
+    def log_attention_std(it):
+        if args.attn_std_interval and (it % args.attn_std_interval == 0 or it == args.max_iters) and dist.master:
+            run.write({"step": it, **attention_std(run.model, std_batch), "time": round(run.seconds(), 3)})
+
+    if start == 0:
+        log_attention_std(0)
+    it, tokens, t_train, stopped = start, 0, 0.0, "max_iters"
     window = {"loss": 0.0, "correct": 0, "count": 0, "steps": 0, "seconds": 0.0}  # one log interval
-    stopped = "max_iters"
     try:
         while it < args.max_iters:
             if args.time_limit is not None and dist.any(past_time_limit(args.time_limit, time.time() - run.t_start)):
@@ -542,7 +508,7 @@ def train_loop(run, train_model, task, train, start, std_batch):
             t_train += time.time() - t0
             record = {"step": it, "loss": loss_sum, "lr": lr, "time": round(run.seconds(), 3)}
             run.write({**record, "acc": correct / count} if count else record)
-            run.log_attention_std(std_batch, it)
+            log_attention_std(it)
             for k, v in (("loss", loss_sum), ("correct", correct), ("count", count), ("steps", 1),
                          ("seconds", time.time() - t0)):
                 window[k] += v
@@ -566,21 +532,6 @@ def train_loop(run, train_model, task, train, start, std_batch):
     return it, stopped, tokens, t_train
 
 
-def per_second(count, seconds):
-    """A rate; 0 before any time has passed (a resumed run that has no step left)."""
-    return count / seconds if seconds > 0 else 0.0
-
-
-def seconds_left(steps_left, seconds, steps):
-    """The time the remaining steps take at the pace of the last `steps` steps, which took `seconds`."""
-    return steps_left * seconds / steps
-
-
-def past_time_limit(minutes, seconds):
-    """Whether a run `seconds` old has passed its --time_limit of `minutes` (None: no limit)."""
-    return minutes is not None and seconds > 60 * minutes
-
-
 def final_metrics(model, task, args, dist, autocast, extra):
     """Every example of val and test, printed and written to out_dir/metrics.json with `extra` and the settings."""
     out = {"model": args.model, "task": args.task}
@@ -600,26 +551,38 @@ def final_metrics(model, task, args, dist, autocast, extra):
 def main(argv=None):
     t_start = time.time()
     args, given, config_names = parse_args(sys.argv[1:] if argv is None else argv, __doc__)
+
+    # the settings: the flags given > a resumed run's > the --init_from checkpoint's > the preset > the defaults
     source = inherit_from(args, given)                       # --init_from: its model, its task unless given
     batch_given = "batch_size" in given
-    ckpt = resume_state(args, given)                         # --resume: the run's own flags, updated by the given
+    ckpt = resume_state(args, given)                         # --resume: the run's own flags
     pretrained = None
     if args.init_from_bert and ckpt is None:                 # SimpleTRON's Section 5.3: a pretrained BERT
         pretrained = bert.read_bert(args, given)
     overrides = resolve(args, given, config_names, bert.BERT_FINETUNE if pretrained else None)
     if pretrained is not None:                               # BERT's shape with the flags given: checked now
-        overrides = dataclasses.asdict(bert.bert_model(pretrained, {**MODELS[args.model][1], **overrides},
-                                                       "meta").config)
-    args.out_dir = args.out_dir or default_out_dir(args)
+        shape = bert.bert_model(pretrained, {**MODELS[args.model][1], **overrides}, "meta").config
+        overrides = dataclasses.asdict(shape)
+    if args.out_dir is None and args.init_from:              # beside the run it starts from, never over it
+        source_dir = os.path.dirname(os.path.abspath(args.init_from))
+        args.out_dir = os.path.relpath(source_dir + ("-eval" if args.eval_only else "-finetune"))
+    args.out_dir = args.out_dir or os.path.join("out", f"{args.model}-{args.task}")
     check_args(args)                                         # every flag, before any data is read
     args.device = pick_device(args.device)
     dist = Distributed(args.device)                          # torchrun's processes, or this one alone
-    rescale_batch(ckpt, dist, args, batch_given)
+    if ckpt is not None and ckpt.get("world_size", 1) != dist.world and not batch_given:
+        rescale_batch(ckpt, dist, args)                      # resumed on another number of processes
     autocast = torch.autocast("cuda", dtype=torch.bfloat16) if args.device == "cuda" else contextlib.nullcontext()
     torch.manual_seed(args.seed)
 
-    # the model: from a checkpoint, or new from the task, the preset and the flags
-    config_dict = model_settings(args, given, overrides, ckpt, source)   # bad settings fail before any data is read
+    # the model's settings: a resumed run's, the --init_from checkpoint's with the fields given, or new
+    if ckpt is not None:
+        config_dict = ckpt["config"]
+    elif source is not None:
+        config_dict = {**source["config"], **{k: v for k, v in overrides.items() if k in given}}
+    else:
+        config_dict = dict(MODELS[args.model][1], **overrides)
+    check_config(args.model, config_dict)                    # bad settings fail before any data is loaded
     data.remove_stale_temps(args.out_dir)                    # what a killed checkpoint write left
     task = dist.rank0_first(lambda: open_task(args, config_dict, dist))  # rank 0 first, the others read its cache
     config_dict = fit_to_task(config_dict, task, args.task, source is not None or ckpt is not None, pretrained)
@@ -637,20 +600,21 @@ def main(argv=None):
             raise UsageError("--eval_only needs --init_from CKPT")
         return final_metrics(model, task, args, dist, autocast, {"iters": 0, "seconds": time.time() - t_start})
 
-    # training
+    # training, from step 0 or from the checkpoint's step with its optimiser's state
     train = task.split("train") if args.n_train is None else task.split("train").subset(args.n_train)
     train_model = training_model(model, train, args, dist, autocast)
     optimizer = make_optimizer(model, args, args.device)
-    start, gate_start = restore_optimizer(optimizer, ckpt, model, args.out_dir)
-    run = Run(args, dist, autocast, model, optimizer, gate_start, t_start,
-              ckpt.get("time", 0.0) if ckpt is not None else 0.0, open_log(args.out_dir, ckpt, start, dist.master))
-    std_batch = None
-    if args.attn_std_interval:                               # one fixed val batch, drawn without the training rng
-        std_batch = (task.split("val") if task.has("val") else train).sample(
-            min(args.batch_size, 64), np.random.default_rng(4321))[0].to(args.device)
-    if start == 0:
-        run.log_attention_std(std_batch, 0)
-    it, stopped, tokens, t_train = train_loop(run, train_model, task, train, start, std_batch)
+    start, gate_start = 0, {name: p.item() for name, p in model.named_parameters() if p.dim() == 0}
+    if ckpt is not None:
+        if len(ckpt["optimizer"]["param_groups"]) != len(optimizer.param_groups):
+            raise UsageError(f"{args.out_dir}/ckpt.pt was written by an older train.py (other optimiser groups); "
+                             "start a new run instead of --resume")
+        optimizer.load_state_dict(ckpt["optimizer"])
+        start, gate_start = ckpt["iter"], ckpt.get("gate_start", gate_start)
+        print(f"resuming {args.out_dir} at step {start}")
+    run = Run(args, dist, autocast, model, optimizer, gate_start, open_log(args.out_dir, ckpt, start, dist.master),
+              t_start, ckpt.get("time", 0.0) if ckpt is not None else 0.0)
+    it, stopped, tokens, t_train = train_loop(run, train_model, task, train, start)
     run.save(it)
     run.log.close()
     if stopped == "interrupted" and dist.on:                 # the other processes may be anywhere: no evaluation
