@@ -39,9 +39,9 @@ keep the tokenizer's own ids (nanoGPT's uint16 .bin files), except the word/char
 count from 1. --tokenizer picks the BPE: gpt2 (tiktoken, the default), any tiktoken encoding, byte (a
 tiktoken Encoding over the 256 byte values plus <|endoftext|>, built here: no download), char
 (textfile only), or, for imdb and agnews, a Hugging Face BERT folder: BERT's WordPiece, [CLS] text [SEP]
-in BERT's own ids ([PAD] = 0, no + 1). Everything derived is cached under --cache_dir (written atomically, reused, rebuilt when
-any source file changes) and every split is one fixed, deterministic draw (independent of --seed, as
-ListOps: every run of a task is evaluated on the same examples). Bad or missing data fails at once with a
+in BERT's own ids ([PAD] = 0, no + 1). Everything derived is cached under --cache_dir (written atomically,
+reused, rebuilt when any source file changes) and every split is one fixed, deterministic draw (independent
+of --seed, as ListOps: every run of a task is evaluated on the same examples). Bad or missing data fails at once with a
 DataError: one line naming the file (and line) or the task, what is wrong and what to do (docs/tasks.md).
 """
 
@@ -478,11 +478,11 @@ def load_json(path):
         return json.load(f)
 
 
-def cached_dir(folder, build, what):
+def cached_dir(folder, build, what=None):
     """`folder`, built once by build(tmp) into a temporary folder that is then renamed into place (atomic:
     an interrupted build leaves no half-written cache, and what a killed one leaves is removed by the next
-    load_task). Concurrent builders: the first rename wins. Nothing is printed before the build has its data,
-    so that a missing source is reported by its one-line error."""
+    load_task). Concurrent builders: the first rename wins. Once built, `what` (if given) and where is printed:
+    nothing before the build has its data, so that a missing source is reported by its one-line error."""
     if os.path.isdir(folder):
         return folder
     os.makedirs(os.path.dirname(folder) or ".", exist_ok=True)
@@ -497,7 +497,8 @@ def cached_dir(folder, build, what):
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(f"{what}: cached in {folder}", flush=True)
+    if what:
+        print(f"{what}: cached in {folder}", flush=True)
     return folder
 
 

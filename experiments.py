@@ -107,9 +107,10 @@ def listops_small_heldout():
 
 
 def listops_rules(task, args):
-    from tasks import listops
-    heldout = listops.listops_split(os.path.join(ROOT, HELDOUT, "basic_test.tsv"), None, task.block_size)
-    r = listops.listops_baselines(task.split("train"), val=task.split("val"), test=task.split("test"), heldout=heldout)
+    from tasks.listops import listops_split
+    from tasks.listops_rules import listops_baselines
+    heldout = listops_split(os.path.join(ROOT, HELDOUT, "basic_test.tsv"), None, task.block_size)
+    r = listops_baselines(task.split("train"), val=task.split("val"), test=task.split("test"), heldout=heldout)
     names = {"majority": "majority class", "top_operator": "top-level operator rule",
              "top_digits": "top-level digits rule (subtrees unknown)"}
     return ([(names[k], r["val"][k], r["test"][k]) for k in names] +

@@ -24,7 +24,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import data  # noqa: E402  (only for the task's splits and the reference rules; the generator is below)
-from tasks import listops  # noqa: E402
+from tasks import listops, listops_rules  # noqa: E402
 
 OPERATORS = ("MIN", "MAX", "MED", "SM")
 LEAF_P = 0.75                       # LRA: a draw r > 0.25 makes a leaf
@@ -216,7 +216,8 @@ def main(argv=None):
         for k in sorted(set().union(*(c[name] for c in cols.values()))):
             print(f"{('arguments ' if name == 'nargs' else 'operator ') + str(k):24}"
                   + "".join(f"{c[name][k] / sum(c[name].values()):12.3f}" for c in cols.values()))
-    rules = listops.listops_baselines(task.split("train"), heldout=[(s, v) for s, v in rows], test=task.split("test"))
+    rules = listops_rules.listops_baselines(task.split("train"), heldout=[(s, v) for s, v in rows],
+                                            test=task.split("test"))
     print(f"\nreference rules (fitted on the task's training split)\n{'':24}{'held-out':>12}{'task test':>12}")
     for rule in ("majority", "top_operator", "top_digits"):
         print(f"{rule:24}{100 * rules['heldout'][rule]:11.2f}%{100 * rules['test'][rule]:11.2f}%")

@@ -7,7 +7,7 @@
 import warnings
 
 import data
-from tasks import image, listops, lm, pathfinder, retrieval, text  # noqa: F401  (each registers its tasks)
+from tasks import image, listops, listops_rules, lm, pathfinder, retrieval, text  # noqa: F401  (each registers its tasks)
 
 # the order in which train.py --help lists them: LRA's five, then the short texts, then language modelling
 ORDER = ("listops", "text", "retrieval", "image", "pathfinder", "imdb", "agnews", "ptb", "wikitext103", "openwebtext",

@@ -82,7 +82,8 @@ def image(cache_dir="data", data_dir=None, block_size=1024, **_):
             for split in ("train", "test"):
                 imgs, labels = [], []
                 for batch_imgs, batch_labels in hf_rows(hf_split(dd, [split], "image"), ["img", "label"]):
-                    imgs += [np.asarray(im.convert("RGB") if hasattr(im, "convert") else im, np.uint8) for im in batch_imgs]
+                    imgs += [np.asarray(im.convert("RGB") if hasattr(im, "convert") else im, np.uint8)
+                             for im in batch_imgs]
                     labels += batch_labels
                 splits[split] = (np.stack(imgs), check_labels(labels, 10, f"image: uoft-cs/cifar10 {split}"))
             save_images(out, splits)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data import ClassificationSplit, DataError, Task, atomic_write_text, one_line, prepare_main, release, task
+from data import (ClassificationSplit, DataError, Task, atomic_write_text, cached_dir, one_line, prepare_main, release,
+                  task)
 
 
 LISTOPS_OPS = ("[MIN", "[MAX", "[MED", "[SM")
@@ -33,6 +34,14 @@ LISTOPS_LEN = (500, 2000)       # a tree is kept when MIN < length < MAX (tokens
 LISTOPS_OP_P = 0.25             # below the depth limit a node is an operator with this probability
 LISTOPS_FIRST_OP = LISTOPS_VOCAB.index(LISTOPS_OPS[0])   # token ids: digit v is v + 1, operators 11-14, "]" 15
 LISTOPS_END = LISTOPS_VOCAB.index("]")
+
+
+def _median(values):                                         # numpy.median, truncated to int
+    v = sorted(values)
+    return (v[(len(v) - 1) // 2] + v[len(v) // 2]) // 2
+
+
+LISTOPS_FNS = (min, max, _median, lambda v: sum(v) % 10)     # MIN, MAX, MED, SM: by operator index
 
 
 @dataclass(frozen=True)
@@ -128,15 +137,7 @@ def listops_operator(depth, rnd, budget, max_depth=LISTOPS_DEPTH, args=LISTOPS_A
         parts.append(s)
         values.append(v)
     op = int(rnd() * 4)
-    if op == 0:
-        value = min(values)
-    elif op == 1:
-        value = max(values)
-    elif op == 2:                                            # numpy.median, truncated to int
-        values.sort()
-        value = (values[(k - 1) // 2] + values[k // 2]) // 2
-    else:
-        value = sum(values) % 10
+    value = LISTOPS_FNS[op](values)
     # left-nested pairs: ( ( ( [OP a ) b ) ] )
     return "( " * (k + 1) + LISTOPS_OPS[op] + " " + " ) ".join(parts) + " ) ] )", value, length
 
@@ -285,7 +286,8 @@ def read_listops_arrays(path, fix="fix or remove that line", progress=False):
                     try:
                         line.decode("utf-8")
                     except UnicodeDecodeError as e:
-                        raise ValueError(f"byte 0x{line[e.start]:02x} at column {e.start + 1} is not UTF-8 text") from None
+                        raise ValueError(f"byte 0x{line[e.start]:02x} at column {e.start + 1} is not UTF-8 "
+                                         "text") from None
                     parts = line.rstrip(b"\r\n").split(b"\t")
                     if len(parts) != 2:
                         raise ValueError(f"expected 2 tab-separated fields, found {len(parts)}")
@@ -340,28 +342,23 @@ def listops_split(path, cache_dir, block_size=None, fix="fix or remove that line
     folder = os.path.join(root, f"{name}-{version}")
     arrays = ("tokens", "lengths", "labels")
     try:
-        if os.path.isdir(folder):
-            tokens, lengths, labels = (np.load(os.path.join(folder, f"{a}.npy"), mmap_mode="r" if a == "tokens" else None)
-                                       for a in arrays)
-            if len(tokens) == len(lengths) == len(labels):
-                return ClassificationSplit(tokens, labels, lengths).truncate(block_size or tokens.shape[1])
-    except (OSError, ValueError, EOFError):                  # a damaged cache: parse the TSV again
-        pass
-    tokens, lengths, labels = read_listops_arrays(path, fix, progress=True)
-    try:
-        os.makedirs(root, exist_ok=True)
-        tmp = f"{folder}.tmp{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.makedirs(tmp)
-        for a, value in zip(arrays, (tokens, lengths, labels)):
-            np.save(os.path.join(tmp, f"{a}.npy"), value)
+        tokens, lengths, labels = (np.load(os.path.join(folder, f"{a}.npy"), mmap_mode="r" if a == "tokens" else None)
+                                   for a in arrays)
+        cached = len(tokens) == len(lengths) == len(labels)
+    except (OSError, ValueError, EOFError):                  # not cached yet, or damaged: parse the TSV
+        cached = False
+    if not cached:
+        tokens, lengths, labels = read_listops_arrays(path, fix, progress=True)
+
+        def build(tmp):
+            for a, value in zip(arrays, (tokens, lengths, labels)):
+                np.save(os.path.join(tmp, f"{a}.npy"), value)
         shutil.rmtree(folder, ignore_errors=True)            # a damaged one
-        os.replace(tmp, folder)
-        for old in glob.glob(os.path.join(root, f"{name}-*")):   # arrays of an older version of this TSV
-            if old != folder and ".tmp" not in old:
-                shutil.rmtree(old, ignore_errors=True)
-    except OSError:                                          # no cache (read-only, or another run won): fine
-        shutil.rmtree(tmp, ignore_errors=True)
+        with contextlib.suppress(OSError):                   # no cache (read-only, or another run won): fine
+            cached_dir(folder, build)
+            for old in glob.glob(os.path.join(root, f"{name}-*")):   # arrays of an older version of this TSV
+                if old != folder and ".tmp" not in old:
+                    shutil.rmtree(old, ignore_errors=True)
     return ClassificationSplit(tokens, labels, lengths).truncate(block_size or tokens.shape[1])
 
 
@@ -395,12 +392,12 @@ def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LIST
             if not setting.is_lra():                         # an unusual setting: is it reachable at all?
                 kept, _, estimate = listops_probe(setting)
                 if not kept:
-                    raise DataError(f"listops: no tree of {setting.lengths[0]} < length < {setting.lengths[1]} in 20,000 "
-                                    "draws; widen --listops_len or raise --listops_depth / --listops_args")
+                    raise DataError(f"listops: no tree of {setting.lengths[0]} < length < {setting.lengths[1]} in "
+                                    "20,000 draws; widen --listops_len or raise --listops_depth / --listops_args")
                 if estimate < 2 * total:                     # drawing more than half of them would crawl
                     raise DataError(f"listops: the setting ({setting.describe()}) has only about "
-                                    f"{int(estimate)} distinct trees, too few for {total}; "
-                                    "widen --listops_len or --listops_args, raise --listops_depth or lower --listops_sizes")
+                                    f"{int(estimate)} distinct trees, too few for {total}; widen --listops_len or "
+                                    "--listops_args, raise --listops_depth or lower --listops_sizes")
             os.makedirs(folder, exist_ok=True)
             # a benchmark, so one fixed draw (seed 0) whatever the run's --seed
             what = "LRA recipe" if setting.is_lra() else setting.describe()
@@ -414,141 +411,6 @@ def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LIST
     loaders = {s: (lambda p=p: listops_split(p, cache_dir, block_size, fix)) for s, p in paths.items()}
     missing = {s: f"listops: no {n} in {folder}" for s, n in names.items() if s not in paths}
     return Task("listops", "cls", len(LISTOPS_VOCAB), block_size, 10, loaders, missing, paths)
-
-
-# Reference rules: what a model scores by reading only the top of the tree. listops_baselines fits them on
-# a training split and scores them on others (train.py's tables print them beside the models).
-
-_LISTOPS_FNS = (min, max, lambda v: (sorted(v)[(len(v) - 1) // 2] + sorted(v)[len(v) // 2]) // 2,
-                lambda v: sum(v) % 10)                       # MIN, MAX, MED (truncated), SM: by operator index
-
-
-def listops_examples(source):
-    """(token ids, label) pairs from a ClassificationSplit or from (tree, label) pairs, a tree being an LRA
-    string or token ids."""
-    if isinstance(source, ClassificationSplit):
-        tokens = np.asarray(source.tokens)
-        return [(tokens[i, :source.lengths[i]], int(source.labels[i])) for i in range(len(source))]
-    return [(listops_tokens(t) if isinstance(t, (str, bytes)) else np.asarray(t), int(y)) for t, y in source]
-
-
-def listops_top(ids):
-    """What the top of a tree shows: (operator index 0-3 or None for a lone digit, the sorted digits that are
-    the root's own arguments, m = how many of its arguments are subtrees)."""
-    ids = np.asarray(ids)
-    if ids[0] < LISTOPS_FIRST_OP:
-        return None, (int(ids[0]) - 1,), 0
-    is_op = (ids >= LISTOPS_FIRST_OP) & (ids < LISTOPS_END)
-    depth = np.cumsum(is_op.astype(np.int32) - (ids == LISTOPS_END))
-    top = np.zeros(len(ids), dtype=bool)
-    top[1:] = depth[:-1] == 1                                # tokens read directly under the root
-    digits = tuple(sorted((ids[top & (ids < LISTOPS_FIRST_OP)] - 1).tolist()))
-    return int(ids[0]) - LISTOPS_FIRST_OP, digits, int((top & is_op).sum())
-
-
-def listops_subtree_values(ids):
-    """The values of the root's arguments that are subtrees (evaluated here by a stack machine)."""
-    stack, out = [], []
-    for t in np.asarray(ids).tolist():
-        if t < LISTOPS_FIRST_OP:
-            if stack:
-                stack[-1].append(t - 1)
-        elif t < LISTOPS_END:
-            stack.append([t - LISTOPS_FIRST_OP])
-        else:
-            op, *values = stack.pop()
-            if stack:
-                value = _LISTOPS_FNS[op](values)
-                stack[-1].append(value)
-                if len(stack) == 1:
-                    out.append(value)
-    return out
-
-
-def listops_top_digits_posterior(op, digits, m, q):
-    """P(label | op, the root's digits, m subtrees) when the m subtree values are independent draws from q
-    (10 probabilities): exact, by the order statistics of m draws (MIN, MAX), convolution (SM) or a walk over
-    the values 0-9 that counts how many draws fall at or below each (MED)."""
-    q = np.asarray(q, dtype=np.float64)
-    p = np.zeros(10)
-    if op is None or m == 0:
-        p[digits[0] if op is None else _LISTOPS_FNS[op](list(digits))] = 1.0
-        return p
-    at_least = np.concatenate([np.cumsum(q[::-1])[::-1], [0.0]])   # P(draw >= v), v = 0..10
-    if op in (0, 1):                                         # MIN (MAX: the same on 9 - v)
-        d = list(digits) if op == 0 else [9 - v for v in digits]
-        s = at_least if op == 0 else np.concatenate([np.cumsum(q)[::-1], [0.0]])
-        low = min(d) if d else 10
-        for v in range(low):                                 # the draws' minimum is v < every digit
-            p[v] = s[v] ** m - s[v + 1] ** m
-        if low < 10:
-            p[low] = s[low] ** m                             # every draw >= the smallest digit
-        return p if op == 0 else p[::-1].copy()
-    if op == 3:                                              # SM: sum mod 10
-        p[sum(digits) % 10] = 1.0
-        for _ in range(m):
-            p = np.array([sum(p[(v - u) % 10] * q[u] for u in range(10)) for v in range(10)])
-        return p
-    k = len(digits) + m                                      # MED of k values: ranks r1 <= r2 (0-based)
-    r1, r2 = (k - 1) // 2, k // 2
-    below = np.cumsum(np.bincount(np.asarray(digits, dtype=np.int64), minlength=10))  # digits <= v
-    states = {(0, -1): 1.0}                                  # (draws placed so far, value at rank r1 or -1) -> prob
-    for v in range(10):
-        pv = 1.0 if v == 9 else (q[v] / at_least[v] if at_least[v] > 0 else 0.0)  # a remaining draw equals v
-        new = {}
-        for (t, a), pr in states.items():
-            rest = m - t
-            for c in range(rest + 1):                        # c of the remaining draws equal v
-                w = pr * math.comb(rest, c) * pv ** c * (1 - pv) ** (rest - c)
-                if w == 0.0:
-                    continue
-                n = below[v] + t + c                         # values <= v
-                a2 = v if a < 0 and n > r1 else a
-                if n > r2:
-                    p[(a2 + v) // 2] += w
-                else:
-                    new[(t + c, a2)] = new.get((t + c, a2), 0.0) + w
-        states = new
-    return p
-
-
-def listops_baselines(train, /, fit=10_000, **splits):
-    """Accuracy of three reference rules, fitted on `train` and scored on each named split:
-        listops_baselines(task.split("train"), test=task.split("test"), val=task.split("val"))
-        -> {"test": {"majority": 0.17, "top_operator": 0.37, "top_digits": 0.52}, "val": {...}}
-    Splits are ClassificationSplits or lists of (tree, label) (LRA strings or token ids).
-      majority     : the most frequent training label, for every tree.
-      top_operator : sees only the root's operator; answers the most frequent training label among training
-                     trees with that root operator.
-      top_digits   : sees the root's operator, its digit arguments and how many (m) of its arguments are
-                     subtrees, not what is inside them. Answers argmax_y P(y | operator, digits, m), where the
-                     m subtree values are taken as independent draws from q, the distribution of the values of
-                     root-level subtrees in the first `fit` training trees, and P is computed exactly.
-    Ties go to the smallest label."""
-    train = listops_examples(train)
-    labels = np.array([y for _, y in train])
-    tops = [listops_top(ids) for ids, _ in train]
-    majority = int(np.argmax(np.bincount(labels, minlength=10)))
-    by_op = {}
-    for (op, _, _), y in zip(tops, labels):
-        by_op.setdefault(op, []).append(y)
-    op_rule = {op: int(np.argmax(np.bincount(ys, minlength=10))) for op, ys in by_op.items()}
-    values = [v for ids, _ in train[:fit] for v in listops_subtree_values(ids)]
-    q = np.bincount(values, minlength=10) / len(values) if values else np.full(10, 0.1)
-    posterior = {}
-    out = {}
-    for name, split in splits.items():
-        hits = {"majority": 0, "top_operator": 0, "top_digits": 0}
-        examples = listops_examples(split)
-        for ids, y in examples:
-            op, digits, m = listops_top(ids)
-            if (op, digits, m) not in posterior:
-                posterior[op, digits, m] = int(np.argmax(listops_top_digits_posterior(op, digits, m, q)))
-            hits["majority"] += y == majority
-            hits["top_operator"] += y == op_rule.get(op, majority)
-            hits["top_digits"] += y == posterior[op, digits, m]
-        out[name] = {rule: n / max(len(examples), 1) for rule, n in hits.items()}
-    return out
 
 
 if __name__ == "__main__":                                   # python -m tasks.listops: prepare its files alone

@@ -95,25 +95,15 @@ def text_chunks(lines, size=1 << 20):
 
 def write_bin(path, pieces, enc, eot=False, batch=64):
     """Tokenise text pieces (an iterable of str) with enc and write the ids to path (nanoGPT's .bin: raw
-    ids, uint16 when they fit), a batch of pieces at a time; eot=True ends every piece with <|endoftext|>."""
-    dtype = id_dtype(enc.n_vocab)
-    n = 0
+    ids, uint16 when they fit), a batch of pieces at a time; eot=True ends every piece with <|endoftext|>.
+    (Called inside a cached_dir build: the folder, not the file, is what appears whole or not at all.)"""
+    dtype, end, pieces, n = id_dtype(enc.n_vocab), [enc.eot_token] if eot else [], iter(pieces), 0
     with open(path, "wb") as f:
-        group = []
-        for piece in pieces:
-            group.append(piece)
-            if len(group) == batch:
-                n += _write_ids(f, encode_batch(enc, group), dtype, enc.eot_token if eot else None)
-                group = []
-        if group:
-            n += _write_ids(f, encode_batch(enc, group), dtype, enc.eot_token if eot else None)
+        while group := list(itertools.islice(pieces, batch)):
+            ids = np.concatenate([np.asarray(row + end, dtype=dtype) for row in encode_batch(enc, group)])
+            ids.tofile(f)
+            n += len(ids)
     return n
-
-
-def _write_ids(f, rows, dtype, eot):
-    ids = np.concatenate([np.asarray(r + ([eot] if eot is not None else []), dtype=dtype) for r in rows])
-    ids.tofile(f)
-    return len(ids)
 
 
 def load_bin(path, dtype):
@@ -157,7 +147,8 @@ def wikitext103(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2
         def lines(split):
             if not dd:
                 dd.append(load_hf("wikitext103", WIKITEXT_LAYOUT, "Salesforce/wikitext", "wikitext-103-raw-v1"))
-            for batch, in hf_rows(hf_split(dd[0], ["validation" if split == "val" else split], "wikitext103"), ["text"]):
+            ds = hf_split(dd[0], ["validation" if split == "val" else split], "wikitext103")
+            for batch, in hf_rows(ds, ["text"]):
                 yield from batch
     folder = os.path.join(cache_dir, "wikitext103", f"{key}-{tokenizer}")
     if not os.path.isdir(folder):
@@ -224,7 +215,8 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
         def build(out):
             dd = load_hf("openwebtext", OWT_LAYOUT, "Skylion007/openwebtext")
             enc = get_tokenizer(tokenizer, "openwebtext")
-            print(f"openwebtext: tokenising with {tokenizer} (an hour or more, as nanoGPT's prepare.py) ...", flush=True)
+            print(f"openwebtext: tokenising with {tokenizer} (an hour or more, as nanoGPT's prepare.py) ...",
+                  flush=True)
             # nanoGPT's split: 0.05% of the documents for val, seed 2357
             split = hf_split(dd, ["train"], "openwebtext").train_test_split(test_size=0.0005, seed=2357, shuffle=True)
             for name, ds in (("train", split["train"]), ("val", split["test"])):

@@ -26,8 +26,8 @@ import os
 
 import numpy as np
 
-from data import (DataError, ShardedSplit, Task, cached_dir, cls_task, file_problem, one_line, prepare_main, reading,
-                  release, save_arrays, source_key, task, temp_path)
+from data import (DataError, ShardedSplit, Task, atomic_write, cached_dir, cls_task, file_problem, one_line,
+                  prepare_main, reading, release, save_arrays, source_key, task)
 
 
 PF_W = 64                                  # the canvas
@@ -121,6 +121,44 @@ def _pf_extend(near, own, base, knot, direction, bit, rng, lookahead, check=None
     return ok, cand[r, k], pix[r, k]
 
 
+def _pf_lay(near, own, ink, idx, prev, bit, ink_bit):
+    """Lay a dash (flat pixel indices idx) of the path `bit`: the pixels near it are no longer free for the
+    other paths, those near its previous dash (prev) no longer for the path itself."""
+    _pf_stamp(near, idx, PF_BOX_FLAT, bit)
+    if prev is not None:
+        _pf_stamp(own, prev, PF_NEAR_FLAT, bit)
+    ink.ravel()[idx] |= ink_bit
+
+
+def _pf_distractors(near, own, ink, base, rng):
+    """Draw the distractor paths into every image: each starts at the first free dash of 16 random ones,
+    grows without lookahead, and is erased if it gets stuck."""
+    B = len(near)
+    for j in range(PF_DISTRACTORS):
+        bit = np.uint8(4 << j)
+        seeds = rng.uniform(PF_BORDER, PF_W - 1 - PF_BORDER, (B, 16, 2)).astype(np.float32)
+        dirs = rng.integers(0, PF_DIRS, (B, 16))
+        pix = _pf_pixels(seeds, _PF_DASH_OFF[dirs])
+        ok = _pf_free(near, own, base, pix, bit)
+        k, good = ok.argmax(1), ok.any(1)                      # the first free one of 16 tries
+        r = np.arange(B)
+        kn, d, pix = seeds[r, k], dirs[r, k], pix[r, k]
+        prev_d = None
+        for step in range(PF_DISTRACTOR_LEN):
+            if step:
+                ok, d, pix = _pf_extend(near, own, base, kn, d, bit, rng, False)
+                good &= ok
+            idx = _pf_index(base, pix)
+            _pf_lay(near, own, ink, idx, prev_d, bit, 4)
+            prev_d = idx
+            kn = kn + _PF_STEP_OFF[d]
+        near[~good] &= ~bit                                     # a stuck distractor is erased
+        own[~good] &= ~bit
+        ink[~good] &= ~np.uint8(4)
+        ink |= (ink & 4) >> 2
+        ink &= ~np.uint8(4)
+
+
 def pathfinder_draw(labels, rng):
     """Try to draw one image per label. Returns (kept, lines, markers): the indices of the labels whose image
     could be drawn, and for them the clean canvas drawings (n, 64, 64) bool of the paths and the markers."""
@@ -158,11 +196,8 @@ def pathfinder_draw(labels, rng):
                 ok, d, pix = _pf_extend(near, own, base, knot[:, s], direction[:, s], bit, rng, True, check)
             alive &= ok
             idx = _pf_index(base, pix)
-            _pf_stamp(near, idx, PF_BOX_FLAT, bit)
-            if prev[s] is not None:
-                _pf_stamp(own, prev[s], PF_NEAR_FLAT, bit)
+            _pf_lay(near, own, ink, idx, prev[s], bit, 1)
             prev[s] = idx
-            ink.ravel()[idx] |= 1
             if step == PF_CONTOUR - 1:                          # the end marker, before the other path ends
                 end = idx[last == s, -1:]
                 _pf_stamp(near, end, PF_DISC_BOX_FLAT, bit)
@@ -170,37 +205,12 @@ def pathfinder_draw(labels, rng):
             knot[:, s] += _PF_STEP_OFF[d]
             direction[:, s] = d
         if step % 3 == 2 or step == PF_CONTOUR - 1:             # drop the stuck ones now and then
-            near, own, ink, kept, knot, direction, last = (a[alive] for a in (near, own, ink, kept, knot, direction, last))
+            near, own, ink, kept, knot, direction, last = (a[alive] for a in
+                                                           (near, own, ink, kept, knot, direction, last))
             new_base = np.arange(alive.sum()) * PF_N * PF_N
             prev = [p[alive] - base[alive, None] + new_base[:, None] for p in prev]
             base, alive = new_base, np.ones(len(kept), bool)
-    B = len(kept)
-    for j in range(PF_DISTRACTORS):
-        bit = np.uint8(4 << j)
-        seeds = rng.uniform(PF_BORDER, PF_W - 1 - PF_BORDER, (B, 16, 2)).astype(np.float32)
-        dirs = rng.integers(0, PF_DIRS, (B, 16))
-        pix = _pf_pixels(seeds, _PF_DASH_OFF[dirs])
-        ok = _pf_free(near, own, base, pix, bit)
-        k, good = ok.argmax(1), ok.any(1)                      # the first free one of 16 tries
-        r = np.arange(B)
-        kn, d, pix = seeds[r, k], dirs[r, k], pix[r, k]
-        prev_d = None
-        for step in range(PF_DISTRACTOR_LEN):
-            if step:
-                ok, d, pix = _pf_extend(near, own, base, kn, d, bit, rng, False)
-                good &= ok
-            idx = _pf_index(base, pix)
-            _pf_stamp(near, idx, PF_BOX_FLAT, bit)
-            if prev_d is not None:
-                _pf_stamp(own, prev_d, PF_NEAR_FLAT, bit)
-            prev_d = idx
-            ink.ravel()[idx] |= 4
-            kn = kn + _PF_STEP_OFF[d]
-        near[~good] &= ~bit                                     # a stuck distractor is erased
-        own[~good] &= ~bit
-        ink[~good] &= ~np.uint8(4)
-        ink |= (ink & 4) >> 2
-        ink &= ~np.uint8(4)
+    _pf_distractors(near, own, ink, base, rng)
     ink = ink[:, PF_PAD:PF_PAD + PF_W, PF_PAD:PF_PAD + PF_W]
     return kept, (ink & 1).astype(bool), (ink & 2).astype(bool)
 
@@ -273,10 +283,7 @@ def pathfinder_generated(folder, split, count):
             else:
                 results = map(pathfinder_shard, jobs)
             for (_, k, _), (images, labels) in zip(jobs, results):
-                tmp = temp_path(paths[k])
-                with open(tmp, "wb") as f:
-                    np.savez(f, images=images, labels=labels)
-                os.replace(tmp, paths[k])
+                atomic_write(paths[k], lambda f: np.savez(f, images=images, labels=labels))
     images, labels = [], []
     for p in paths:
         with reading(p, "is damaged", "; delete it to generate it again"), np.load(p) as shard:
@@ -367,8 +374,8 @@ def pathfinder(cache_dir="data", data_dir=None, block_size=1024, **_):
         def make(k):
             images, labels = pathfinder_generated(folder, split, k)
             return images[:, :block_size], labels
-        return ShardedSplit(-(-PATHFINDER_SIZES[split] // PATHFINDER_SHARD), min(PATHFINDER_SHARD, PATHFINDER_SIZES[split]),
-                            make, offset=1)
+        size = PATHFINDER_SIZES[split]
+        return ShardedSplit(-(-size // PATHFINDER_SHARD), min(PATHFINDER_SHARD, size), make, offset=1)
 
     loaders = {"train": lambda: shards("train"), "val": lambda: shards("val").full(),
                "test": lambda: shards("test").full()}

@@ -14,29 +14,41 @@ from bert import WORDPIECE_TASKS
 from data import DataError, one_line
 
 
+def in_thread(fn, seconds):
+    """fn() in a daemon thread, waited for `seconds` at most: (the thread, [what fn returned or raised], empty
+    while it runs). So that neither DNS, nor a silent firewall, nor a download without a time limit can hang
+    the caller."""
+    got = []
+
+    def run():
+        try:
+            got.append(fn())
+        except Exception as e:
+            got.append(e)
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(seconds)
+    return t, got
+
+
+def answers(url, timeout):
+    """True if `url` answers at all (any HTTP status counts); raises if it does not."""
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:                           # the server answered
+        pass
+    return True
+
+
 _REACHABLE = {}
 
 
 def reachable(url, timeout=3.0):
-    """Whether `url` answers at all within `timeout` seconds (any HTTP status counts). Asked once per host,
-    in a thread, so that neither DNS nor a silent firewall can hang the caller."""
+    """Whether `url` answers within `timeout` seconds. Asked once per host."""
     host = urllib.parse.urlsplit(url).netloc
     if host not in _REACHABLE:
-        answer = []
-
-        def probe():
-            try:
-                urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
-                answer.append(True)
-            except urllib.error.HTTPError:                   # the server answered
-                answer.append(True)
-            except Exception:
-                answer.append(False)
-
-        t = threading.Thread(target=probe, daemon=True)
-        t.start()
-        t.join(timeout + 1)
-        _REACHABLE[host] = bool(answer and answer[0])
+        _, got = in_thread(lambda: answers(url, timeout), timeout + 1)
+        _REACHABLE[host] = got == [True]
     return _REACHABLE[host]
 
 
@@ -76,7 +88,8 @@ def load_hf(task_name, layout, path, config=None, parquet_dir=None):
     try:
         return hf_dataset(path, config, parquet_dir)
     except DataError as e:
-        raise DataError(f"{task_name}: tried Hugging Face dataset {name}: {e}; instead pass --data_dir {layout}") from None
+        raise DataError(f"{task_name}: tried Hugging Face dataset {name}: {e}; instead pass --data_dir "
+                        f"{layout}") from None
 
 
 def hf_rows(ds, columns, batch_size=1000):
@@ -139,21 +152,12 @@ def check_tokenizer(name, task_name):
 def get_tokenizer(name, task_name):
     """--tokenizer NAME as a tiktoken Encoding: byte, or a tiktoken encoding (gpt2, cl100k_base, ...), whose
     files tiktoken reads from its cache (TIKTOKEN_CACHE_DIR) or downloads once. tiktoken's download has no
-    time limit, so it runs in a thread that is given up when the network does not answer."""
+    time limit, so it runs in a thread, given up when the network does not answer."""
     check_tokenizer(name, task_name)
     if name == "byte":
         return byte_encoding()
     import tiktoken
-    got = []
-
-    def load():
-        try:
-            got.append(tiktoken.get_encoding(name))
-        except Exception as e:
-            got.append(e)
-    t = threading.Thread(target=load, daemon=True)
-    t.start()
-    t.join(10)                                               # a cached encoding loads in about a second
+    t, got = in_thread(lambda: tiktoken.get_encoding(name), 10)     # a cached encoding loads in about a second
     if t.is_alive() and reachable(TIKTOKEN_URL):             # a slow download: wait for it
         t.join()
     if got and not isinstance(got[0], Exception):

@@ -1,6 +1,6 @@
-"""data.py and tasks/: every task's loaders on data the tests write (each release's file format, and Hugging Face datasets
-built in memory), Pathfinder's generator against an independent connectivity check, tokenizers, caching, and
-the one-line errors when data is missing or the network is not there."""
+"""data.py and tasks/: every task's loaders on data the tests write (each release's file format, and Hugging Face
+datasets built in memory), Pathfinder's generator against an independent connectivity check, tokenizers, caching,
+and the one-line errors when data is missing or the network is not there."""
 
 import os
 import pickle

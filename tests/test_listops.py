@@ -1,11 +1,12 @@
 """ListOps: the LRA generator and its options, values, lengths, the TSV format, the tokenizer, the binary
 cache, the reading errors and the reference rules (baselines).
 
-The references here are written separately from tasks/listops.py: a recursive-descent parser of LRA's left-nested
-pairs, an evaluator over the parsed tree that uses numpy.median (LRA's own MED), a stack machine over the
-bracket-free tokens, hand-worked trees from scripted random draws, brute-force enumeration for the
-top-level-digits rule, and distribution facts of the recipe on fixed seeds, with tolerances that a one-line
-change of the recipe breaks (checked by applying such changes one at a time)."""
+The references here are written separately from tasks/listops.py and tasks/listops_rules.py: a
+recursive-descent parser of LRA's left-nested pairs, an evaluator over the parsed tree that uses numpy.median
+(LRA's own MED), a stack machine over the bracket-free tokens, hand-worked trees from scripted random
+draws, brute-force enumeration for the top-level-digits rule, and distribution facts of the recipe on fixed
+seeds, with tolerances that a one-line change of the recipe breaks (checked by applying such changes one at
+a time)."""
 
 import collections
 import hashlib
@@ -13,14 +14,16 @@ import itertools
 import multiprocessing
 import os
 import random
+import subprocess
 import sys
 
 import numpy as np
 import pytest
 
 import data
-from tasks import listops
+from tasks import listops, listops_rules
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPS = {"[MIN": min, "[MAX": max, "[MED": lambda a: int(np.median(a)), "[SM": lambda a: sum(a) % 10}
 sys.setrecursionlimit(max(sys.getrecursionlimit(), 20_000))
 
@@ -402,6 +405,26 @@ def test_a_small_setting_is_generated_into_its_own_folder(tmp_path, capsys):
     assert "generating" in capsys.readouterr().out and (folder / "basic_test.tsv").read_text().count("\n") == 10
 
 
+def test_python_m_tasks_listops_prepares_the_files_alone(tmp_path):
+    """python -m tasks.listops, as nanoGPT's prepare.py: the same files as train.py's first run, said where; a
+    bad option is one line and exit 2."""
+    def run(*argv):
+        return subprocess.run([sys.executable, "-m", "tasks.listops", "--cache_dir", str(tmp_path), *argv], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+    r = run("--listops_depth", "3", "--listops_args", "2,4", "--listops_len", "5,30", "--listops_sizes", "60,7,9")
+    folder = tmp_path / "listops-depth3-args2-4-len5-30-n60-7-9"
+    assert r.returncode == 0 and r.stderr.count("Warning") == 0
+    assert r.stdout.splitlines()[-1] == f"listops: train 60, val 7, test 9 examples, in {folder}"
+    task = data.load_task("listops", cache_dir=str(tmp_path), listops_depth=3, listops_args="2,4",
+                          listops_len="5,30", listops_sizes="60,7,9")
+    assert task.split("train").labels.tolist() == [v for _, v in listops.generate_listops(
+        76, seed=0, min_len=5, max_len=30, depth=3, args=(2, 4), processes=1, progress=False)[:60]]
+    r = run("--listops_depth", "1")
+    assert r.returncode == 2 and r.stderr.startswith("error: listops: --listops_depth 1 must be")
+    assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1
+    assert "--listops_args" in run("--help").stdout
+
+
 def test_split_sizes_of_the_lra_setting():
     assert listops.LISTOPS_SIZES == {"train": 96_000, "val": 2_000, "test": 2_000}
     assert listops.LISTOPS_VOCAB == ("<pad>", *"0123456789", "[MIN", "[MAX", "[MED", "[SM", "]")
@@ -538,12 +561,13 @@ def test_release_folder_layout(tmp_path, examples):
 
 def test_top_of_a_tree():
     tree = "( ( ( ( ( [SM 4 ) ( ( ( [MIN 3 ) 8 ) ] ) ) 1 ) ( ( ( [MAX 9 ) 9 ) ] ) ) ] )"
-    assert listops.listops_top(listops.listops_tokens(tree)) == (3, (1, 4), 2)
-    assert listops.listops_subtree_values(listops.listops_tokens(tree)) == [3, 9]
+    assert listops_rules.listops_top(listops.listops_tokens(tree)) == (3, (1, 4), 2)
+    assert listops_rules.listops_subtree_values(listops.listops_tokens(tree)) == [3, 9]
     nested = "( ( ( ( [MAX 2 ) ( ( ( ( [MIN 7 ) ( ( ( [SM 1 ) 2 ) ] ) ) 8 ) ] ) ) 0 ) ] )"   # MIN(7, SM(1, 2), 8)
-    assert listops.listops_subtree_values(listops.listops_tokens(nested)) == [3]
-    assert listops.listops_top(listops.listops_tokens("( ( ( [MED 7 ) 2 ) ] )")) == (2, (2, 7), 0)
-    assert listops.listops_top(np.array([8])) == (None, (7,), 0) and listops.listops_subtree_values([8]) == []
+    assert listops_rules.listops_subtree_values(listops.listops_tokens(nested)) == [3]
+    assert listops_rules.listops_top(listops.listops_tokens("( ( ( [MED 7 ) 2 ) ] )")) == (2, (2, 7), 0)
+    assert listops_rules.listops_top(np.array([8])) == (None, (7,), 0)
+    assert listops_rules.listops_subtree_values([8]) == []
 
 
 @pytest.mark.parametrize("op", [0, 1, 2, 3])
@@ -557,9 +581,9 @@ def test_top_digits_posterior_agrees_with_enumeration(op):
         for xs in itertools.product(range(10), repeat=m):    # every value of the hidden subtrees
             want[fn(list(digits) + list(xs))] += np.prod(q[list(xs)])
         with np.errstate(all="raise"):                      # no 0/0 where no draw can reach a value
-            got = listops.listops_top_digits_posterior(op, digits, m, q)
+            got = listops_rules.listops_top_digits_posterior(op, digits, m, q)
         np.testing.assert_allclose(got, want, atol=1e-12, err_msg=str((op, digits, m)))
-    assert listops.listops_top_digits_posterior(op, (2, 7), 0, q).tolist() == np.eye(10)[fn([2, 7])].tolist()
+    assert listops_rules.listops_top_digits_posterior(op, (2, 7), 0, q).tolist() == np.eye(10)[fn([2, 7])].tolist()
 
 
 def test_baselines_on_a_hand_worked_split():
@@ -580,18 +604,19 @@ def test_baselines_on_a_hand_worked_split():
             (t(sm, "1", "3"), 4),                    # digits yes
             (t(mn, "2", "3"), 2),                    # majority yes, operator no (4), digits yes
             ("7", 7)]                                # a lone digit: no operator seen in training -> majority (no)
-    got = listops.listops_baselines(train, test=test, train=train)
+    got = listops_rules.listops_baselines(train, test=test, train=train)
     assert got["test"] == pytest.approx({"majority": 2 / 8, "top_operator": 2 / 8, "top_digits": 7 / 8})
     # q from the first 3 training trees only: no subtrees there, so q is uniform. Then MIN(6, X) -> 6 (0.4):
     # yes; SM(3 + X) -> all 0.1, the smallest label 0: no; MED(1, X) -> 1, 2, 3, 4 with 0.2 each -> 1: no
-    assert listops.listops_baselines(train, fit=3, test=test)["test"]["top_digits"] == pytest.approx(6 / 8)
+    assert listops_rules.listops_baselines(train, fit=3, test=test)["test"]["top_digits"] == pytest.approx(6 / 8)
     # on its own training split: operator rule right on 5, 5 | 4, 4 | 8 | 2 = 6 of 8; digits: the 5 trees
     # without subtrees, MIN(4, X) -> 4, MIN(9, X) -> 4 (X = 4 with 2/3), SM(1 + X) -> 5 (wrong: 8) = 7 of 8
     assert got["train"] == pytest.approx({"majority": 2 / 8, "top_operator": 6 / 8, "top_digits": 7 / 8})
     split = data.ClassificationSplit(*_padded([listops.listops_tokens(s) for s, _ in test]), [y for _, y in test])
-    assert listops.listops_baselines(train, test=split)["test"] == got["test"]     # a split of token ids
-    assert listops.listops_baselines(train, test=[])["test"] == {"majority": 0, "top_operator": 0, "top_digits": 0}
-    assert listops.listops_baselines(train, test=test[:1])["test"] == {"majority": 0, "top_operator": 0, "top_digits": 1}
+    assert listops_rules.listops_baselines(train, test=split)["test"] == got["test"]     # a split of token ids
+    none, one = ({"majority": 0, "top_operator": 0, "top_digits": d} for d in (0, 1))
+    assert listops_rules.listops_baselines(train, test=[])["test"] == none
+    assert listops_rules.listops_baselines(train, test=test[:1])["test"] == one
 
 
 def _padded(rows):
