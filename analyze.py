@@ -53,8 +53,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 import data    # noqa: E402
 import tasks   # noqa: E402  (registers every task)
-import train   # noqa: E402
-from config import Parser, UsageError, check_value  # noqa: E402
+from config import Parser, UsageError, build_model, check_value, load_checkpoint  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -286,8 +285,8 @@ def load(path, device="cpu"):
     """(model, checkpoint) of a train.py checkpoint, in eval mode."""
     if path is None:
         raise UsageError("this subcommand needs --ckpt PATH (a ckpt.pt written by train.py)")
-    ckpt = train.load_checkpoint(path)                      # UsageError if missing, unreadable or not train.py's
-    model = train.build_model(ckpt["model_name"], ckpt["config"])
+    ckpt = load_checkpoint(path)                            # UsageError if missing, unreadable or not train.py's
+    model = build_model(ckpt["model_name"], ckpt["config"])
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:

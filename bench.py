@@ -47,7 +47,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 import data    # noqa: E402
 import train   # noqa: E402
-from config import MODELS, Parser, UsageError, check_value, model_module, pick_device  # noqa: E402
+from config import (MODELS, Parser, UsageError, build_model, check_value, model_module,  # noqa: E402
+                    pick_device)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -169,7 +170,7 @@ def speed_model(name, length, args, **extra):
            "n_classes": 10, **extra}
     if args.time_dim:
         cfg["time_dim"] = args.time_dim
-    return train.build_model(module, {k: v for k, v in cfg.items() if k in fields})
+    return build_model(module, {k: v for k, v in cfg.items() if k in fields})
 
 
 # --models may also name one attention alone (simpletron.py's functions): q, k, v (batch, n_head, length, d)
@@ -309,9 +310,9 @@ def nanogpt_configs(args, device, lengths, nano):
     if args.infer_only or not (lengths or nano is not None or not args.generate):
         return []
     c = NANOGPT_CPU
-    ours = train.build_model("softmax", dict(MODELS["softmax"][1], vocab_size=c["vocab"],
-                                             block_size=c["block_size"], n_layer=c["n_layer"], n_head=c["n_head"],
-                                             n_embd=c["n_embd"], dropout=0.0, bias=c["bias"], head="lm", norm="pre"))
+    ours = build_model("softmax", dict(MODELS["softmax"][1], vocab_size=c["vocab"], block_size=c["block_size"],
+                                       n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0,
+                                       bias=c["bias"], head="lm", norm="pre"))
     pair = [("softmax", ours.to(device))]
     if nano is not None:
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):   # it prints its parameter count

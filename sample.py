@@ -25,8 +25,7 @@ import torch
 
 import data
 import tasks  # noqa: F401  (registers every task)
-import train
-from config import Parser, UsageError, check_value, pick_device
+from config import Parser, UsageError, build_model, check_value, load_checkpoint, pick_device
 
 WORD_HELP = "PTB is lower case, rare words are <unk> and numbers N"
 
@@ -171,7 +170,7 @@ def tokenizer_of(ckpt, data_dir=None):
 def main(argv=None, out=sys.stdout):
     args = parse(sys.argv[1:] if argv is None else argv)
     prompt = read_prompt(args.start)
-    ckpt = train.load_checkpoint(args.ckpt)                  # UsageError if missing, unreadable or not train.py's
+    ckpt = load_checkpoint(args.ckpt)                        # UsageError if missing, unreadable or not train.py's
     head = ckpt["config"].get("head")
     if head != "lm":
         raise UsageError(f"{args.ckpt} is a classifier (head {head}, task {ckpt.get('args', {}).get('task')}); "
@@ -182,7 +181,7 @@ def main(argv=None, out=sys.stdout):
         raise UsageError("--start is empty: give at least one token of text")
 
     device = pick_device(args.device)
-    model = train.build_model(ckpt["model_name"], ckpt["config"])
+    model = build_model(ckpt["model_name"], ckpt["config"])
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
