@@ -111,11 +111,11 @@ def prepare_main(name, argv=None):
         task = load_task(name, **vars(args))
         task.open()
         sizes = []
-        for s in ("train", "val", "test"):
-            split = task.split(s) if task.has(s) else None
-            split = split.full() if isinstance(split, ShardedSplit) else split  # made on demand: make them all
-            if split is not None:
-                sizes.append(f"{s} {len(split.stream) if isinstance(split, LMSplit) else len(split):,}")
+        for s in task.loaders:                               # train, val, test: those the data has
+            split = task.split(s)
+            if isinstance(split, ShardedSplit):              # made when first needed: make every shard now
+                split = split.full()
+            sizes.append(f"{s} {len(split.stream) if isinstance(split, LMSplit) else len(split):,}")
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
