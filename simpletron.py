@@ -373,6 +373,43 @@ def transfer_attention(source, target):
     target.config.freeze_qkv = True
 
 
+@torch.no_grad()
+def attention_std(model, x):
+    """SimpleTRON's Fig. 5, per block, on the ids x (B, L): the standard deviation of the attention weights as the
+    paper defines them, Q K^T / sqrt(n) for SimpleTRON (n real tokens) and Q K^T / sqrt(d) for softmax (the
+    softmax left out), over every real (query, key) pair (s <= t when causal); and the standard deviation of
+    the attention sublayer's output (B, L, D) over the real tokens. Written out dense: a measurement, not the
+    model's path. Returns {"score_std": [one per block], "attn_std": [...]}."""
+    was_training, seen = model.training, []
+    model.eval()
+    hooks = [block.attn.register_forward_hook(lambda module, inputs, output: seen.append((module, *inputs, output)))
+             for block in model.blocks]
+    try:
+        model(x)
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was_training)
+    score_std, attn_std = [], []
+    for attn, h, mask, y in seen:                            # h (B, L, D) the block's input to attention
+        B, L, D = h.shape
+        H = attn.n_head
+        q, k, _ = (z.view(B, L, H, D // H).transpose(1, 2).double() for z in attn.qkv(h).split(D, dim=2))
+        real = torch.ones(B, L, dtype=torch.bool, device=h.device) if mask is None else mask
+        pairs = real[:, None, :, None] & real[:, None, None, :]              # (B, 1, L, L)
+        if attn.causal:
+            pairs = pairs & torch.ones(L, L, dtype=torch.bool, device=h.device).tril()
+        if attn.kind == "simple":                            # n: real tokens (causal: the prefix length t)
+            n = (torch.arange(1, L + 1, device=h.device).double()[None, None, :, None] if attn.causal
+                 else real.sum(1).double()[:, None, None, None])
+        else:
+            n = torch.tensor(float(D // H))
+        scores = q @ k.transpose(-2, -1) / n.sqrt()          # (B, H, L, L)
+        score_std.append(scores[pairs.expand(B, H, L, L)].std().item())
+        attn_std.append(y[real].double().std().item())       # over the real tokens' (D) outputs
+    return {"score_std": score_std, "attn_std": attn_std}
+
+
 # ----------------------------------------------------------------------------------------------
 # Generation (nanoGPT's model.generate), inference only: eval mode, no dropout, every weight made once
 # per call (the Orthogonal Transformer's Cayley maps included).

@@ -18,7 +18,6 @@ process: N processes with batch b train as one process with batch N * b (docs/mu
 
 import contextlib
 import dataclasses
-import datetime
 import json
 import math
 import os
@@ -37,10 +36,11 @@ import data  # noqa: E402
 import simpletron  # noqa: E402
 from config import (FLAGS, LISTOPS_FLAGS, MODELS, UsageError, build_model, check_args, check_config,  # noqa: E402
                     load_checkpoint, parse_args, pick_device, resolve)
+from ddp import Distributed, build_every_split, step_seed, unused_parameters  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------------
-# The optimiser, evaluation, measurements and the processes of a torchrun launch
+# The optimiser, evaluation and measurements
 
 def learning_rate(args, step):                              # step counts from 1
     if args.schedule == "rsqrt":                             # SimpleTRON (Table 3)
@@ -124,131 +124,6 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
 def fmt(metrics):
     return " | ".join((f"{k} {v:.4f}" if v == 0 or abs(v) >= 1e-3 else f"{k} {v:.3g}") if isinstance(v, float)
                       else f"{k} {v}" for k, v in metrics.items())
-
-
-@torch.no_grad()
-def attention_std(model, x):
-    """SimpleTRON's Fig. 5, per block, on the ids x (B, L): the standard deviation of the attention weights as the
-    paper defines them, Q K^T / sqrt(n) for SimpleTRON (n real tokens) and Q K^T / sqrt(d) for softmax (the
-    softmax left out), over every real (query, key) pair (s <= t when causal); and the standard deviation of
-    the attention sublayer's output (B, L, D) over the real tokens. Written out dense: a measurement, not the
-    model's path. Returns {"score_std": [one per block], "attn_std": [...]}."""
-    was_training, seen = model.training, []
-    model.eval()
-    hooks = [block.attn.register_forward_hook(lambda module, inputs, output: seen.append((module, *inputs, output)))
-             for block in model.blocks]
-    try:
-        model(x)
-    finally:
-        for h in hooks:
-            h.remove()
-        model.train(was_training)
-    score_std, attn_std = [], []
-    for attn, h, mask, y in seen:                            # h (B, L, D) the block's input to attention
-        B, L, D = h.shape
-        H = attn.n_head
-        q, k, _ = (z.view(B, L, H, D // H).transpose(1, 2).double() for z in attn.qkv(h).split(D, dim=2))
-        real = torch.ones(B, L, dtype=torch.bool, device=h.device) if mask is None else mask
-        pairs = real[:, None, :, None] & real[:, None, None, :]              # (B, 1, L, L)
-        if attn.causal:
-            pairs = pairs & torch.ones(L, L, dtype=torch.bool, device=h.device).tril()
-        if attn.kind == "simple":                            # n: real tokens (causal: the prefix length t)
-            n = (torch.arange(1, L + 1, device=h.device).double()[None, None, :, None] if attn.causal
-                 else real.sum(1).double()[:, None, None, None])
-        else:
-            n = torch.tensor(float(D // H))
-        scores = q @ k.transpose(-2, -1) / n.sqrt()          # (B, H, L, L)
-        score_std.append(scores[pairs.expand(B, H, L, L)].std().item())
-        attn_std.append(y[real].double().std().item())       # over the real tokens' (D) outputs
-    return {"score_std": score_std, "attn_std": attn_std}
-
-
-class Distributed:
-    """The processes of one torchrun launch (DistributedDataParallel, one device each: cuda:LOCAL_RANK with
-    nccl, or the CPU with gloo). Without torchrun: one process, rank 0 of 1, and every method does nothing."""
-
-    def __init__(self, device):
-        self.on = "RANK" in os.environ and "WORLD_SIZE" in os.environ     # set by torchrun
-        self.rank, self.world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if self.on else (0, 1)
-        self.master, self.device = self.rank == 0, device
-        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))          # the process's number on its machine
-        if not self.on:
-            return
-        if device not in ("cuda", "cpu"):
-            raise UsageError(f"torchrun runs train.py on --device cuda (nccl) or cpu (gloo), not {device}")
-        if device == "cuda":
-            if self.local_rank >= torch.cuda.device_count():
-                raise UsageError(f"--nproc_per_node is more than the {torch.cuda.device_count()} GPUs of this machine")
-            torch.cuda.set_device(self.local_rank)           # "cuda" is now this process's own GPU
-        torch.distributed.init_process_group("nccl" if device == "cuda" else "gloo")
-        # where the others wait while rank 0 prepares the data: as long as that takes (a download: hours)
-        self.waiting_room = torch.distributed.new_group(backend="gloo", timeout=datetime.timedelta(days=1))
-
-    def share(self, x):
-        """This process's part of a global batch (dim 0); the parts in rank order make up the batch."""
-        return x.tensor_split(self.world)[self.rank] if self.on else x
-
-    def sum(self, *values):
-        """Each value summed over the processes."""
-        if not self.on:
-            return values
-        t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        torch.distributed.all_reduce(t)
-        return t.tolist()
-
-    def any(self, flag):
-        """True on every process if flag is True on one (so that all stop at the same step)."""
-        return self.sum(float(flag))[0] > 0 if self.on else flag
-
-    def rank0_first(self, fn):
-        """fn() on rank 0, then on the first process of each other machine, then on the rest: data is generated,
-        downloaded and cached by one process at a time (once if the machines share --cache_dir, else once per
-        machine), and read from that cache by the others. If fn fails, all stop (the one that failed says why)."""
-        if not self.on:
-            return fn()
-        out, turn = None, 0 if self.master else 1 if self.local_rank == 0 else 2
-        for t in range(3):
-            if t == turn:
-                try:
-                    out = fn()
-                except BaseException:
-                    self._failed(True)
-                    raise
-            if self._failed(False):
-                raise SystemExit(2)
-        return out
-
-    def _failed(self, failed):
-        flag = torch.tensor([float(failed)])
-        torch.distributed.all_reduce(flag, group=self.waiting_room)
-        return flag.item() > 0
-
-
-def build_every_split(task, eval_only, n_train):
-    """Every split the run reads, built in full (a sharded split: all its shards, cached), so that under torchrun
-    rank 0 makes them before the other processes read its cache: test and val, and train (its first n_train
-    examples) unless the run only evaluates."""
-    for name in ("train", "val", "test"):
-        if task.has(name) and not (name == "train" and eval_only):
-            split = task.split(name)
-            split = split.subset(n_train) if name == "train" and n_train is not None else split
-            getattr(split, "full", lambda: None)()
-
-
-def unused_parameters(model, x, y, autocast):
-    """The trainable parameters that a training step leaves without a gradient (DDP must be told of them)."""
-    with autocast:
-        _, loss = model(x, y)
-    loss.backward()
-    unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
-    model.zero_grad(set_to_none=True)
-    return unused
-
-
-def step_seed(seed, it, rank):
-    """torch's seed for the dropout of step `it` on process `rank`: a function of (seed, it, rank) alone, so that a
-    resumed run replays it, and distinct for every (seed, it, rank) of a run (it < 1_000_003, rank < 2 ** 20)."""
-    return seed * 1_000_003 + it + rank * 2 ** 40
 
 
 def per_second(count, seconds):
@@ -488,7 +363,7 @@ def train_loop(run, train_model, task, train, start):
 
     def log_attention_std(it):
         if args.attn_std_interval and (it % args.attn_std_interval == 0 or it == args.max_iters) and dist.master:
-            run.write({"step": it, **attention_std(run.model, std_batch), "time": round(run.seconds(), 3)})
+            run.write({"step": it, **simpletron.attention_std(run.model, std_batch), "time": round(run.seconds(), 3)})
 
     if start == 0:
         log_attention_std(0)

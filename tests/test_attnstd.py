@@ -1,4 +1,4 @@
-"""SimpleTRON's Fig. 5: train.py's attention_std against a loop over pairs, its log records, analyze.py attnstd."""
+"""SimpleTRON's Fig. 5: simpletron.attention_std against a loop over pairs, its log records, analyze.py attnstd."""
 
 import json
 import math
@@ -67,7 +67,7 @@ def test_attention_std_equals_the_loop_over_pairs(kw):
     idx = torch.tensor([[3, 5, 1, 7, 2, 0, 0], [4, 4, 9, 1, 6, 8, 2]])   # one row padded (cls)
     if kw["head"] == "lm":
         idx = idx.clamp(min=1)
-    got = train.attention_std(model, idx)
+    got = simpletron.attention_std(model, idx)
     with torch.no_grad():
         scores, outputs = reference_std(model, idx)
     assert got["score_std"] == pytest.approx(scores, rel=1e-5)
@@ -78,7 +78,7 @@ def test_attention_std_equals_the_loop_over_pairs(kw):
         if isinstance(m, torch.nn.Dropout):
             m.p = 0.5
     model.train()
-    assert train.attention_std(model, idx) == got and model.training
+    assert simpletron.attention_std(model, idx) == got and model.training
     assert not any(block.attn._forward_hooks for block in model.blocks)        # its hooks are gone
 
 
@@ -103,7 +103,7 @@ def test_attention_std_leaves_the_mode_and_training_alone(tmp_path):
                           block_size=ckpt["config"]["block_size"])
     task.open()
     x = task.split("val").sample(4, np.random.default_rng(4321))[0]
-    assert train.attention_std(model, x) == {k: recs[-1][k] for k in ("score_std", "attn_std")}
+    assert simpletron.attention_std(model, x) == {k: recs[-1][k] for k in ("score_std", "attn_std")}
     assert all(len(r["score_std"]) == len(r["attn_std"]) == 2 and min(r["score_std"]) > 0 for r in recs)
     out = tmp_path / "analysis"
     analyze.main(["attnstd", "--run", str(tmp_path / "std"), "--out", str(out)])

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import data
+import ddp
 import diffeqformer
 from tasks import listops
 import simpletron
@@ -120,7 +121,7 @@ def test_unused_parameters_are_found():
             logits = self.used(self.frozen(x))
             return logits, torch.nn.functional.cross_entropy(logits, y)
     model = Model()
-    unused = train.unused_parameters(model, torch.randn(4, 3), torch.tensor([0, 1, 1, 0]), contextlib.nullcontext())
+    unused = ddp.unused_parameters(model, torch.randn(4, 3), torch.tensor([0, 1, 1, 0]), contextlib.nullcontext())
     assert unused == ["unused.weight", "unused.bias"]
     assert all(p.grad is None for p in model.parameters())
 
@@ -207,7 +208,7 @@ def test_rank0_first_tells_the_others_when_it_fails_and_they_stop():
     the rest), after each a vote on whether one failed. The one that fails votes True and raises its error; the
     others stop with exit code 2 at that vote, and do not run fn after a failure."""
     def make(rank, local_rank, votes_of_others):
-        d = train.Distributed.__new__(train.Distributed)
+        d = ddp.Distributed.__new__(ddp.Distributed)
         d.on, d.rank, d.world, d.master, d.local_rank = True, rank, 4, rank == 0, local_rank
         d.votes = []
         others = iter(votes_of_others)
@@ -250,7 +251,7 @@ def test_a_broken_file_under_torchrun_is_one_line_and_a_clean_exit(tmp_path):
 
 
 def test_any_is_true_everywhere_when_one_process_says_so():
-    d = train.Distributed.__new__(train.Distributed)
+    d = ddp.Distributed.__new__(ddp.Distributed)
     d.on = True
     for flags, want in (([0.0, 0.0, 0.0], False), ([0.0, 1.0, 0.0], True), ([1.0, 1.0, 1.0], True)):
         d.sum = lambda flag: [sum(flags)]                    # the all-reduce of the processes' flags
@@ -267,7 +268,7 @@ def test_the_process_group_calls_on_one_gloo_process(monkeypatch):
         port = s.getsockname()[1]
     for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
         monkeypatch.setenv(k, v)
-    d = train.Distributed("cpu")
+    d = ddp.Distributed("cpu")
     try:
         assert d.on and d.master and d.world == 1
         assert d.sum(100_000_001, 0.1, 3) == [100_000_001, 0.1, 3]   # summed in float64: no digit lost

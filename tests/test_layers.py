@@ -21,8 +21,9 @@ LAYERS = {
     "data": 1,                                                # the data API: Task, splits, registry, file checks
     "tasks": 2, "bert": 2,                                    # one file per task family; BERT's folders
     "config": 3,                                              # models, flags, presets, every check
-    "train": 4,                                               # the training program
-    "sample": 5, "analyze": 5, "bench": 5, "experiments": 5,  # the programs on top
+    "ddp": 4,                                                 # torchrun's processes
+    "train": 5,                                               # the training program
+    "sample": 6, "analyze": 6, "bench": 6, "experiments": 6,  # the programs on top
 }
 SAME_LAYER = {2}                                              # tasks/* and bert.py import each other (no cycle)
 MODEL_LIBRARIES = {"torch", "numpy"}                          # besides the standard library

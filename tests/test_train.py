@@ -15,6 +15,7 @@ import torch
 
 import config
 import data
+import ddp
 import train
 from tasks import listops
 
@@ -546,9 +547,9 @@ def test_an_interrupted_run_saves_its_step_and_says_how_to_continue(lra, tmp_pat
 
 
 def test_every_step_and_process_has_its_own_dropout_seed():
-    seeds = [train.step_seed(seed, it, rank) for seed in range(4) for it in range(3000) for rank in range(4)]
+    seeds = [ddp.step_seed(seed, it, rank) for seed in range(4) for it in range(3000) for rank in range(4)]
     assert len(set(seeds)) == len(seeds)                     # no two (seed, step, process) share their masks
-    assert train.step_seed(0, 0, 0) == 0 and train.step_seed(2, 5, 1) == 2 * 1_000_003 + 5 + 2 ** 40
+    assert ddp.step_seed(0, 0, 0) == 0 and ddp.step_seed(2, 5, 1) == 2 * 1_000_003 + 5 + 2 ** 40
 
 
 def resolved(*argv):
@@ -610,7 +611,7 @@ def test_torchrun_builds_every_split_the_run_reads_in_full():
                                            (Task("train", "val", "test"), True, 50, ["test"]),
                                            (Task("train"), False, None, ["train"]), (Task("test"), False, 7, ["test"])):
         built.clear()
-        train.build_every_split(task, eval_only, n_train)
+        ddp.build_every_split(task, eval_only, n_train)
         assert built == want, (task.names, eval_only, n_train)
 
 

@@ -1,0 +1,100 @@
+"""
+The processes of one torchrun launch (DistributedDataParallel, one device each), and what train.py decides for
+them: every split built in full by rank 0 first, the parameters a step leaves unused (DDP must be told), and each
+step's dropout seed per process. Without torchrun: one process, and every method does nothing.
+"""
+
+import datetime
+import os
+
+import torch
+
+from config import UsageError
+
+
+class Distributed:
+    """The processes of one torchrun launch (DistributedDataParallel, one device each: cuda:LOCAL_RANK with
+    nccl, or the CPU with gloo). Without torchrun: one process, rank 0 of 1, and every method does nothing."""
+
+    def __init__(self, device):
+        self.on = "RANK" in os.environ and "WORLD_SIZE" in os.environ     # set by torchrun
+        self.rank, self.world = (int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])) if self.on else (0, 1)
+        self.master, self.device = self.rank == 0, device
+        self.local_rank = int(os.environ.get("LOCAL_RANK", 0))          # the process's number on its machine
+        if not self.on:
+            return
+        if device not in ("cuda", "cpu"):
+            raise UsageError(f"torchrun runs train.py on --device cuda (nccl) or cpu (gloo), not {device}")
+        if device == "cuda":
+            if self.local_rank >= torch.cuda.device_count():
+                raise UsageError(f"--nproc_per_node is more than the {torch.cuda.device_count()} GPUs of this machine")
+            torch.cuda.set_device(self.local_rank)           # "cuda" is now this process's own GPU
+        torch.distributed.init_process_group("nccl" if device == "cuda" else "gloo")
+        # where the others wait while rank 0 prepares the data: as long as that takes (a download: hours)
+        self.waiting_room = torch.distributed.new_group(backend="gloo", timeout=datetime.timedelta(days=1))
+
+    def share(self, x):
+        """This process's part of a global batch (dim 0); the parts in rank order make up the batch."""
+        return x.tensor_split(self.world)[self.rank] if self.on else x
+
+    def sum(self, *values):
+        """Each value summed over the processes."""
+        if not self.on:
+            return values
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        torch.distributed.all_reduce(t)
+        return t.tolist()
+
+    def any(self, flag):
+        """True on every process if flag is True on one (so that all stop at the same step)."""
+        return self.sum(float(flag))[0] > 0 if self.on else flag
+
+    def rank0_first(self, fn):
+        """fn() on rank 0, then on the first process of each other machine, then on the rest: data is generated,
+        downloaded and cached by one process at a time (once if the machines share --cache_dir, else once per
+        machine), and read from that cache by the others. If fn fails, all stop (the one that failed says why)."""
+        if not self.on:
+            return fn()
+        out, turn = None, 0 if self.master else 1 if self.local_rank == 0 else 2
+        for t in range(3):
+            if t == turn:
+                try:
+                    out = fn()
+                except BaseException:
+                    self._failed(True)
+                    raise
+            if self._failed(False):
+                raise SystemExit(2)
+        return out
+
+    def _failed(self, failed):
+        flag = torch.tensor([float(failed)])
+        torch.distributed.all_reduce(flag, group=self.waiting_room)
+        return flag.item() > 0
+
+
+def build_every_split(task, eval_only, n_train):
+    """Every split the run reads, built in full (a sharded split: all its shards, cached), so that under torchrun
+    rank 0 makes them before the other processes read its cache: test and val, and train (its first n_train
+    examples) unless the run only evaluates."""
+    for name in ("train", "val", "test"):
+        if task.has(name) and not (name == "train" and eval_only):
+            split = task.split(name)
+            split = split.subset(n_train) if name == "train" and n_train is not None else split
+            getattr(split, "full", lambda: None)()
+
+
+def unused_parameters(model, x, y, autocast):
+    """The trainable parameters that a training step leaves without a gradient (DDP must be told of them)."""
+    with autocast:
+        _, loss = model(x, y)
+    loss.backward()
+    unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+    model.zero_grad(set_to_none=True)
+    return unused
+
+
+def step_seed(seed, it, rank):
+    """torch's seed for the dropout of step `it` on process `rank`: a function of (seed, it, rank) alone, so that a
+    resumed run replays it, and distinct for every (seed, it, rank) of a run (it < 1_000_003, rank < 2 ** 20)."""
+    return seed * 1_000_003 + it + rank * 2 ** 40
