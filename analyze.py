@@ -7,8 +7,10 @@ Look inside the models: the papers' analyses. (The speed and memory benchmark is
     python analyze.py experts    --ckpt out/transject/ckpt.pt --out out/analysis         # TransJect fig. 5, 7
     python analyze.py cluster    --out out/analysis                                     # DiffEqFormer C.8
     python analyze.py attnstd    --run out/a --run out/b --out out/analysis  # SimpleTRON fig. 5 (train.py --attn_std_interval)
+    python analyze.py curves     out/a out/b --out out/analysis             # loss curves (or --table NAME)
 
-Each subcommand writes OUT/SUBCOMMAND.json, at least one OUT/SUBCOMMAND*.png and prints a summary.
+Each subcommand writes OUT/SUBCOMMAND.json, at least one OUT/SUBCOMMAND*.png and prints a summary;
+python analyze.py SUBCOMMAND --help says which models it applies to and lists its flags with their defaults.
 Row-vector convention throughout, as in the papers: a token is a row x, a linear map is x W, so the
 PyTorch weight of nn.Linear (out, in) is W^T.
 
@@ -34,6 +36,10 @@ attnstd    SimpleTRON fig. 5: per block, the standard deviation of the attention
            SimpleTRON, Q K^T / sqrt(d) for softmax, the softmax left out, as the paper's caption says) and of
            the attention sublayer's output, over training, from the records train.py --attn_std_interval N
            writes into log.jsonl (one fixed val batch, every N steps).
+curves     the training curves of train.py runs from their log.jsonl (curves.py): train loss (moving average)
+           and val loss; val accuracy or, for a language model, val perplexity. Runs that differ only by seed
+           (experiments.py's folders out/exp/TABLE/ROW-sSEED) are one line, their mean, and a band from the lowest
+           to the highest seed; the summary gives each row's last val loss and accuracy or perplexity.
 """
 
 import argparse
@@ -41,16 +47,17 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 
 import numpy as np
 import torch
-import torch.nn as nn
 
 import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+import curves  # noqa: E402
 import data    # noqa: E402
 import tasks   # noqa: E402  (registers every task)
 from config import Parser, UsageError, build_model, check_value, load_checkpoint  # noqa: E402
@@ -316,8 +323,8 @@ def attention_weights(model, times=None):
                          "(TransJect's attention X U Sigma V has no W_Q W_K^T)")
     for layer, block in enumerate(blocks, 1):
         W = block.attn.qkv.weight.detach()                   # (3D, D) = [Wq^T; Wk^T; Wv^T]
-        out_map = block.attn.out
-        Wo = out_map.weight.detach().T if isinstance(out_map, nn.Linear) else None
+        out_map = block.attn.out                             # nn.Linear, OrthogonalLinear, or nn.Identity (none)
+        Wo = out_map.weight.detach().T if hasattr(out_map, "weight") else None
         out.append((layer, W[:D].T, W[D:2 * D].T, W[2 * D:].T, Wo))
     return out
 
@@ -443,16 +450,18 @@ def cmd_spectra(args):
         raise UsageError("--grid is for an ODE model (DiffEqFormer, not discretised): W(t) at any t")
     if args.grid:
         times = np.linspace(0.0, 1.0, args.grid).tolist()
-    rows = []
+    rows, has_out = [], False
     for depth, Wq, Wk, Wv, Wo in attention_weights(model, times):
         qk, ov = head_spectra(Wq, Wk, Wv, Wo, H)
         rows.append({"depth": depth, "qk": [cx(e) for e in qk], "ov": [cx(e) for e in ov]})
+        has_out = has_out or Wo is not None
     ode = ode_model(model)
     axis = "depth t (ODE time)" if ode else "layer"
     fig, axes = plt.subplots(2, 2, figsize=(12, 8), sharex=True)
     colors = plt.cm.tab10(np.arange(H) % 10)
     width = (rows[-1]["depth"] - rows[0]["depth"]) / max(len(rows) - 1, 1)
-    for col, key, title in ((0, "qk", "QK = W_Q^h W_K^h\u1d40"), (1, "ov", "OV = W_V^h W_O^h")):
+    ov_title = "OV = W_V^h W_O^h" if has_out else "OV = W_V^h (no output map W_O)"   # the product the model has
+    for col, key, title in ((0, "qk", "QK = W_Q^h W_K^h\u1d40"), (1, "ov", ov_title)):
         ax, axm = axes[0, col], axes[1, col]
         for h in range(H):
             xs, ys, mags = [], [], []
@@ -487,7 +496,7 @@ def cmd_spectra(args):
         if ode and args.grid else ""
     fig.suptitle(f"Spectra of the attention weights per head vs {axis}: {label_of(args.ckpt[0], ckpt)}{grid_note}")
     png = save_fig(fig, args.out, "spectra")
-    out = {"ckpt": args.ckpt[0], "model": ckpt["model_name"], "axis": axis, "n_head": H,
+    out = {"ckpt": args.ckpt[0], "model": ckpt["model_name"], "axis": axis, "n_head": H, "ov": ov_title,
            "note": "per head, the d eigenvalues of QK_h and OV_h that can be nonzero, [real, imag]; "
                    "biases and 1/sqrt(d) left out", "rows": rows}
     path = write_json(args.out, "spectra", out)
@@ -595,7 +604,8 @@ def cmd_activation(args):
         ax.set_ylabel(ylabel)
         ax.legend(fontsize=8)
     axes[0].axhline(1.0, color="gray", lw=0.6, ls="--")
-    axes[0].set_yscale("log")
+    axes[0].set_yscale("log")                                # ticks between the decades too: 29.5 and 55 readable
+    curves.log_ticks(axes[0], "y", [v for r in results for a in r["activation_factor"] for v in a] + [1.0])
     axes[0].set_title("distance between tokens at layer l over that at the input")
     axes[1].set_title("entropy of each token's coordinates, averaged over the sequence")
     fig.suptitle(f"Activation factor (TransJect eq. 5) and entropy (eq. 6) per layer ({args.n_seq} sequences each)")
@@ -730,6 +740,52 @@ def cmd_attnstd(args):
     print(f"wrote {path}, {png}")
 
 
+def table_runs(name):
+    """Every run of python experiments.py NAME: the folders of out/exp/NAME with a log.jsonl (not its evaluations
+    of checkpoints, which train nothing, nor its data)."""
+    folder = os.path.join("out", "exp", name)
+    problem = data.file_problem(folder, folder=True)
+    if problem:
+        raise UsageError(f"--table {name}: {folder} {problem} (python experiments.py {name} writes it; run from "
+                         "the project's folder)")
+    runs = [os.path.join(folder, d) for d in sorted(os.listdir(folder))]
+    runs = [run for run in runs if os.path.isfile(os.path.join(run, "log.jsonl"))]
+    if not runs:
+        raise UsageError(f"--table {name}: no run in {folder} has a log.jsonl yet")
+    return runs
+
+
+def last_values(row):
+    """One row's summary line: its last val loss and accuracy or perplexity, with the seeds' range."""
+    parts = []
+    for key, what, scale, form in (("val_loss", "val loss", 1, "{:.4f}"), ("val_acc", "val acc", 100, "{:.2f}%"),
+                                   ("val_ppl", "val ppl", 1, "{:.2f}")):
+        if key in row:
+            mean, lo, hi = (form.format(scale * row[key][k]) for k in ("mean", "min", "max"))
+            parts.append(f"{what} {mean}" + (f" (seeds {lo} to {hi})" if row["runs"] > 1 else ""))
+    step = f"step {row['val_loss']['step']}: " if "val_loss" in row else ""
+    seeds = f" ({row['runs']} seeds)" if row["runs"] > 1 else ""
+    return f"{row['label']}{seeds}: {step}" + (", ".join(parts) or "no evaluation yet")
+
+
+def cmd_curves(args):
+    """The training curves of train.py runs (curves.py); the seeds of one row as their mean and a band."""
+    runs = list(args.runs) + (table_runs(args.table) if args.table else [])
+    if not runs:
+        raise UsageError("curves needs run folders (python analyze.py curves out/a out/b) or --table NAME")
+    for run in runs:
+        problem = data.file_problem(os.path.join(run, "log.jsonl"))
+        if problem:
+            raise UsageError(f"{run}: {os.path.join(run, 'log.jsonl')} {problem} (a folder of python train.py ...)")
+    png = os.path.join(args.out, "curves.png")
+    rows = curves.plot_runs(runs, png)
+    path = write_json(args.out, "curves", {"note": "per row, the last val values that all its seeds have: their "
+                                           "mean, min and max (val_acc a fraction)", "runs": runs, "rows": rows})
+    for row in rows:
+        print(last_values(row))
+    print(f"wrote {path}, {png}")
+
+
 def cluster_start(seed, N=40, D=3, weights="identity", scale=0.3):
     """Tokens uniform in [-1, 1]^D (C.8) and W_0 for Q, K, V: "identity" (Geshkovski et al.'s
     Q = K = V = I, the case in which weight-shared self-attention provably clusters) or "random"
@@ -814,38 +870,80 @@ def cmd_cluster(args):
 # ==============================================================================================
 # Command line
 
+# name: (what it computes, the models or files it applies to); --help shows both and the docstring's paragraph
+SUBCOMMANDS = {
+    "spectra": ("eigenvalues of QK and OV per head against depth (DiffEqFormer fig. 2)",
+                "a checkpoint with query, key and value weights: SimpleTRON, softmax or DiffEqFormer (not TransJect)"),
+    "lyapunov": ("token-level Lyapunov exponents over a sentence (DiffEqFormer section 5.2)",
+                 "DiffEqFormer checkpoints of a language model"),
+    "activation": ("activation factor and entropy per layer (TransJect eq. 5, 6)",
+                   "checkpoints of any model, several side by side"),
+    "experts": ("expert weights and residual weights per layer (TransJect fig. 5, 7)", "TransJect checkpoints"),
+    "cluster": ("tokens of an attention-only ODE gathering into clusters (DiffEqFormer C.8)",
+                "no model (a simulation of one attention head)"),
+    "attnstd": ("attention std per block over training (SimpleTRON fig. 5)",
+                "runs of SimpleTRON or softmax trained with train.py --attn_std_interval N"),
+    "curves": ("loss and accuracy or perplexity over training; the seeds of a row as their mean and a band",
+               "runs of train.py of any model (folders with a log.jsonl)"),
+}
+CKPT = {"spectra": "a ckpt.pt of train.py", "lyapunov": "a ckpt.pt of train.py",
+        "activation": "a ckpt.pt of train.py (several allowed: side by side)",
+        "experts": "a ckpt.pt of train.py (several allowed: one column each)"}
+SEEDED = {"activation": "of the val sequences drawn", "experts": "of the val sequences drawn",
+          "cluster": "of the tokens' start and of W_0 (--weights random)"}
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The docstrings as written, and every flag's default where it has one."""
+
+    def _get_help_string(self, action):
+        shown = action.default is None or action.default is False or "%(default)" in (action.help or "")
+        return action.help if shown or action.default is argparse.SUPPRESS else f"{action.help} [default: %(default)s]"
+
+
+def subcommand_doc(name):
+    """The paragraph of the module docstring that begins with the subcommand's name."""
+    found = re.search(rf"^{name} +(.*?)(?=^(?:{'|'.join(SUBCOMMANDS)}) |\Z)", __doc__, re.M | re.S)
+    return "\n".join(line.strip() for line in found.group(1).strip().splitlines()) if found else ""
+
+
 def parse(argv):
-    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=HelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=Parser)
-    common = Parser(add_help=False)
-    common.add_argument("--out", default="out/analysis", help="folder for SUBCOMMAND.json and the plots")
-    common.add_argument("--ckpt", action="append", help="a train.py checkpoint (activation: several allowed)")
-    common.add_argument("--seed", type=int, default=0)
-    helps = {"spectra": "eigenvalues of QK and OV per head vs depth", "lyapunov": "token-level Lyapunov exponents",
-             "activation": "activation factor and entropy per layer", "experts": "TransJect expert and residual weights",
-             "cluster": "clustering simulation (DiffEqFormer C.8)",
-             "attnstd": "attention std per block over training (SimpleTRON fig. 5)"}
-    s = {name: sub.add_parser(name, parents=[common], help=h) for name, h in helps.items()}
-    s["spectra"].add_argument("--grid", type=int, default=0, help="ODE models: this many times t in [0, 1] "
-                              "(default: the model's own steps)")
-    s["lyapunov"].add_argument("--text", default="the company said it expects to report a loss for the year")
-    s["lyapunov"].add_argument("--position", type=int, default=-1, help="the output token whose exponents are drawn")
+    s = {}
+    for name, (what, models) in SUBCOMMANDS.items():
+        s[name] = sub.add_parser(name, help=f"{what}. For: {models}", formatter_class=HelpFormatter,
+                                 description=f"{what}.\nFor: {models}.\n\n{subcommand_doc(name)}")
+        s[name].add_argument("--out", default="out/analysis", help=f"folder for {name}.json and the plots")
+        if name in CKPT:
+            s[name].add_argument("--ckpt", action="append", metavar="PATH", help=CKPT[name])
+        if name in SEEDED:
+            s[name].add_argument("--seed", type=int, default=0, help="random seed " + SEEDED[name])
+    s["spectra"].add_argument("--grid", type=int, default=0, help="ODE models: W(t) at this many times t in [0, 1] "
+                              "(0: at the model's own Euler steps)")
+    s["lyapunov"].add_argument("--text", default="the company said it expects to report a loss for the year",
+                               help="the sentence (Penn Treebank words, a ListOps expression, or bytes)")
+    s["lyapunov"].add_argument("--position", type=int, default=-1, help="the output token whose exponents are "
+                               "drawn (-1: the last)")
     s["lyapunov"].add_argument("--k", type=int, default=8, help="exponents to compute per token pair")
     for name in ("activation", "experts"):
         s[name].add_argument("--n_seq", type=int, default=16, help="sequences of the task's val split")
         s[name].add_argument("--max_len", type=int, default=512, help="cut sequences to this many tokens")
     s["attnstd"].add_argument("--run", action="append", help="a folder of python train.py ... "
                               "--attn_std_interval N (several allowed: one row of panels each)")
-    s["cluster"].add_argument("--tokens", type=int, default=40)
-    s["cluster"].add_argument("--steps", type=int, default=200)
+    s["cluster"].add_argument("--tokens", type=int, default=40, help="tokens on the sphere")
+    s["cluster"].add_argument("--steps", type=int, default=200, help="Euler steps")
     s["cluster"].add_argument("--T", type=float, default=10.0, help="time horizon (step = T / steps)")
     s["cluster"].add_argument("--degrees", default="0,1,2,4", help="g(t) = 1 + t^k for these k (0: constant)")
     s["cluster"].add_argument("--eps", type=float, default=0.05, help="cluster radius on the unit sphere")
     s["cluster"].add_argument("--weights", default="identity", choices=("identity", "random"),
                               help="W_0: identity (Q = K = V = I) or random (I + 0.3 Gaussian)")
+    s["curves"].add_argument("runs", nargs="*", metavar="RUN", help="a folder of python train.py ... (its "
+                             "out_dir); ROW-s0, ROW-s1, ...: one row, the mean of its seeds")
+    s["curves"].add_argument("--table", metavar="NAME", help="every run of python experiments.py NAME (out/exp/NAME/*)")
     args = p.parse_args(argv)
     if args.command is None:
-        raise UsageError("give a subcommand: " + ", ".join(helps) + " (python analyze.py --help)")
+        raise UsageError("give a subcommand: " + ", ".join(SUBCOMMANDS) + " (python analyze.py --help)")
     check(args)
     return args
 
@@ -862,7 +960,7 @@ def check(args):
 
 
 COMMANDS = {"spectra": cmd_spectra, "lyapunov": cmd_lyapunov, "activation": cmd_activation,
-            "experts": cmd_experts, "cluster": cmd_cluster, "attnstd": cmd_attnstd}
+            "experts": cmd_experts, "cluster": cmd_cluster, "attnstd": cmd_attnstd, "curves": cmd_curves}
 
 
 def main(argv=None):

@@ -47,6 +47,7 @@ from matplotlib.lines import Line2D  # noqa: E402
 
 import data    # noqa: E402
 import train   # noqa: E402
+from curves import log_ticks  # noqa: E402
 from config import (MODELS, Parser, UsageError, build_model, check_value, model_module,  # noqa: E402
                     pick_device)
 
@@ -593,24 +594,6 @@ def speed_table(records, ratios, machine):
     return "\n".join(lines) + "\n"
 
 
-def log_ticks(ax, axis, values):
-    """Readable ticks on a log axis: at least two labelled values of 1-2-5 (or 1-1.5-2-3-...-8) times a power of
-    ten inside the data's range, widened to the nearest such values when the data span less than that."""
-    lo, hi = min(values) / 1.15, max(values) * 1.15
-    decades = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
-    for mantissas in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8)):
-        cands = sorted(m * 10.0 ** e for e in decades for m in mantissas)
-        ticks = [v for v in cands if lo <= v <= hi]
-        if len(ticks) >= 3 or mantissas[-1] == 8:
-            break
-    if len(ticks) < 2:                                       # a narrow range: the candidates just outside
-        lo, hi = max(v for v in cands if v <= lo), min(v for v in cands if v >= hi)
-        ticks = [v for v in cands if lo <= v <= hi]
-    getattr(ax, f"set_{axis}lim")(lo, hi)
-    getattr(ax, f"set_{axis}ticks")(ticks, [f"{v:g}" for v in ticks])
-    getattr(ax, f"{axis}axis").set_minor_locator(matplotlib.ticker.NullLocator())
-
-
 def length_axes(ax, lengths, ys, xlabel, ylabel):
     """Log-log axes: the lengths measured as the x ticks, readable y ticks around the values drawn."""
     ax.set_xscale("log", base=2)
@@ -661,7 +644,15 @@ def plot_speed(records, out, machine):
     return finish_figure(fig, handles, min(len(handles), 4), "Speed", machine, rows[0]["batch"], out, "speed")
 
 
-MARKERS = "osD^"
+LOOKS = (("o", "-"), ("s", "--"), ("D", ":"), ("^", "-."))   # marker and dashes of model 1, 2, ...
+
+
+def same_lines(lines):
+    """The pairs (later, earlier) of lines {name: (x, y)} that are drawn one over the other: the same x, and y
+    within 1% (on a log axis, closer than a line's width)."""
+    names = list(lines)
+    return [(b, a) for j, b in enumerate(names) for a in names[:j]
+            if lines[a][0] == lines[b][0] and np.allclose(lines[a][1], lines[b][1], rtol=0.01)]
 
 
 def plot_generate(records, out, machine):
@@ -670,17 +661,23 @@ def plot_generate(records, out, machine):
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     for ax, key, ylabel in ((axes[0], "ms", "milliseconds per new token"),
                             (axes[1], "state_mb", "state kept between tokens (MiB)")):
-        ys = []
+        lines = {}
         for n_i, name in enumerate(names):
             rs = sorted((r for r in rows if r["model"] == name), key=lambda r: r["length"])
-            y = [max(r[key], 1e-4) for r in rs]
-            ys += y                                          # later lines thinner: equal ones stay visible
-            ax.plot([r["length"] for r in rs], y, "-", marker=MARKERS[n_i % 4], color=plt.cm.tab10(n_i),
-                    lw=2.5 - 0.4 * n_i, ms=9 - 1.5 * n_i, alpha=0.85)
-        length_axes(ax, sorted({r["length"] for r in rows}), ys, "context: tokens before the new one", ylabel)
+            lines[name] = ([r["length"] for r in rs], [max(r[key], 1e-4) for r in rs])
+            marker, dashes = LOOKS[n_i % 4]                  # a later line smaller, hollow and dashed, drawn on
+            ax.plot(*lines[name], dashes, marker=marker, color=plt.cm.tab10(n_i), lw=2.5 - 0.4 * n_i,
+                    ms=9 - 1.5 * n_i, mfc="none" if n_i else None, mew=1.5, zorder=2 + n_i)  # top: equal ones show
+        same = same_lines(lines)
+        if same:
+            ax.text(0.02, 0.98, "; ".join(f"{b} lies on {a} (within 1%)" for b, a in same), transform=ax.transAxes,
+                    va="top", fontsize=8, color="0.3")
+        length_axes(ax, sorted({r["length"] for r in rows}), [y for _, ys in lines.values() for y in ys],
+                    "context: tokens before the new one", ylabel)
     axes[0].set_title(f"time per new token (mean of {rows[0]['new_tokens']} decode steps)")
     axes[1].set_title("recurrent state (fixed) or KV cache (grows)")
-    handles = [Line2D([], [], color=plt.cm.tab10(i), marker=MARKERS[i % 4], label=name) for i, name in enumerate(names)]
+    handles = [Line2D([], [], color=plt.cm.tab10(i), marker=LOOKS[i % 4][0], ls=LOOKS[i % 4][1],
+                      mfc="none" if i else None, label=name) for i, name in enumerate(names)]
     return finish_figure(fig, handles, len(names), "Generation", machine, rows[0]["batch"], out, "speed_generate")
 
 

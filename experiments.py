@@ -2,7 +2,8 @@
 The results tables, one command each: run every row at every seed, then write the table (mean ± std over
 the seeds, with reference baselines computed on the same split) into its block of docs/results.md.
 
-    python experiments.py --list                        # the tables and their runs
+    python experiments.py --list                        # the tables: what each measures, how many runs
+    python experiments.py --list ptb                    # one table's train.py commands
     python experiments.py ptb [--data_dir DIR]          # DIR: Mikolov's ptb.{train,valid,test}.txt
     python experiments.py listops-small                 # ListOps that separates the models, with held-out trees
     python experiments.py agnews --data_dir DIR --bert_dir BERT   # SimpleTRON §5.3 (docs/bert.md)
@@ -12,7 +13,8 @@ the seeds, with reference baselines computed on the same split) into its block o
 Each run is one `python train.py ...` into out/exp/TABLE/ROW-sSEED/. A run whose metrics.json exists is not
 run again, so an interrupted table continues where it stopped and `--report_only` rewrites the markdown from
 the runs on disk. Training is seeded (data order, initialisation, dropout) and evaluation is deterministic, so
-the same command on the same machine gives the same numbers.
+the same command on the same machine gives the same numbers. `python analyze.py curves --table TABLE` draws the
+runs' training curves (the seeds of a row as their mean and a band).
 """
 
 import argparse
@@ -398,6 +400,27 @@ def write_block(name, text, path=RESULTS_MD):
     os.replace(tmp, path)
 
 
+def list_tables(name, seeds, data_dir, bert_dir):
+    """No name: one line a table (its name, what it measures, its runs). A name: that table's train.py commands."""
+    if name is None:
+        print(f"the tables (seeds {','.join(map(str, seeds))}; python experiments.py --list TABLE: its commands):")
+        for name, table in TABLES.items():
+            evals = len(seeds) * sum(len(row.evals) for row in table.rows)
+            runs = (f"{len(table.rows) * len(seeds)} runs" + (f" + {evals} evaluations" if evals else "")
+                    if table.rows else "computed here, no training")
+            print(f"  {name:<14} {table.title.split(': ')[0]} [{runs}]")
+        return
+    if name not in TABLES:
+        sys.exit(f"error: choose a table: {', '.join(TABLES)} (or --list)")
+    print(f"{name}: {TABLES[name].title}")
+    for _, c in commands(name, TABLES[name], seeds, data_dir, bert_dir):
+        print(f"  python train.py {c}")
+    if TABLES[name].compute is not None:
+        print(f"  (computed in this process: python experiments.py {name})")
+    else:
+        print(f"their training curves, the seeds of a row as a mean and a band: python analyze.py curves --table {name}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("table", nargs="?", help="one of: " + ", ".join(TABLES))
@@ -406,18 +429,15 @@ def main(argv=None):
     p.add_argument("--bert_dir", help="agnews: a BERT folder, e.g. all-MiniLM-L6-v2 (docs/bert.md)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time")
     p.add_argument("--report_only", action="store_true", help="only rewrite the markdown from finished runs")
-    p.add_argument("--list", action="store_true", help="print every table's commands and stop")
+    p.add_argument("--list", nargs="?", const=True, metavar="TABLE", help="print the tables (one line each), or "
+                   "with a TABLE its train.py commands, and stop")
     a = p.parse_args(argv)
     try:
         seeds = [int(s) for s in a.seeds.split(",")]
     except ValueError:
         sys.exit(f"error: --seeds {a.seeds!r} must be comma-separated integers, e.g. 0,1,2")
     if a.list:
-        for name, table in TABLES.items():
-            print(f"{name}: {table.title}")
-            for _, c in commands(name, table, seeds, a.data_dir, a.bert_dir):
-                print(f"  python train.py {c}")
-        return
+        return list_tables(a.list if a.list is not True else a.table, seeds, a.data_dir, a.bert_dir)
     if a.table not in TABLES:
         sys.exit(f"error: choose a table: {', '.join(TABLES)} (or --list)")
     if a.jobs < 1:

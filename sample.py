@@ -40,8 +40,9 @@ def parse(argv):
     p.add_argument("--temperature", type=float, default=0.8, help="< 1 sharper, > 1 more random (default 0.8)")
     p.add_argument("--top_k", type=int, default=200, help="sample from the k most likely tokens only; 1 is greedy "
                    "(default 200; 0: all)")
-    p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cuda, cuda:N, mps or cpu")
+    p.add_argument("--seed", type=int, default=1337, help="random seed of the samples (default 1337)")
+    p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cuda, cuda:N, mps or cpu "
+                   "(default auto)")
     p.add_argument("--data_dir", help="where the run's data is now, if it moved (rebuilds a word vocabulary)")
     args = p.parse_args(argv)
     for name, value in vars(args).items():                  # config.LIMITS: what each flag allows

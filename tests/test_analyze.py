@@ -150,6 +150,11 @@ def test_spectra_read_from_a_model_use_the_models_own_convention():
     assert o_ is None
     _, ov = analyze.head_spectra(q_, k_, v_, o_, n_head=2)
     assert np.allclose(sorted_complex(ov[1]), sorted_complex(np.linalg.eigvals(v_[3:, 3:].double().numpy())))
+    # the Orthogonal Transformer's output map (not an nn.Linear) is read too: W_O = its orthogonal weight^T
+    ortho = simpletron.Model(dataclasses.replace(cfg, orthogonal=True))
+    (_, *_, o_), _ = analyze.attention_weights(ortho)
+    assert o_ is not None and torch.allclose(o_, ortho.blocks[0].attn.out.weight.T)
+    assert torch.allclose(o_.T @ o_, torch.eye(6), atol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -525,6 +530,35 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
         with pytest.raises(analyze.UsageError) as e:
             analyze.main([*map(str, argv), "--out", str(tmp_path)])
         assert "\n" not in str(e.value) and str(e.value), argv
+
+
+def test_help_names_the_models_and_the_defaults(capsys):
+    def help_of(*argv):
+        with pytest.raises(SystemExit):
+            analyze.main([*argv, "--help"])
+        return " ".join(capsys.readouterr().out.split())      # one line, whatever the terminal's width
+    top = help_of()
+    for name, (what, models) in analyze.SUBCOMMANDS.items():
+        assert f"{name} {what}. For: {models}" in top          # each subcommand: one line and what it applies to
+        text = help_of(name)
+        assert f"For: {models}." in text and "--out OUT folder for" in text and "[default: out/analysis]" in text
+    assert "For: DiffEqFormer checkpoints of a language model." in help_of("lyapunov")
+    assert "For: TransJect checkpoints." in help_of("experts")
+    lyapunov = help_of("lyapunov")
+    assert "exponents to compute per token pair [default: 8]" in lyapunov and "[default: -1]" in lyapunov
+    assert "tangent equation" in lyapunov and "activation factor" not in lyapunov   # its own paragraph only
+    cluster = help_of("cluster")
+    assert "[default: 0,1,2,4]" in cluster and "Euler steps [default: 200]" in cluster and "--ckpt" not in cluster
+    assert "--seed" not in help_of("spectra") and "[default: None]" not in help_of("activation")
+    assert "--table NAME" in help_of("curves")
+
+
+def test_spectra_title_names_the_product_the_model_has(tmp_path):
+    out = tmp_path / "out"
+    analyze.main(["spectra", "--ckpt", tiny_checkpoint(tmp_path / "gpt.pt"), "--out", str(out)])
+    assert json.loads((out / "spectra.json").read_text())["ov"] == "OV = W_V^h W_O^h"
+    analyze.main(["spectra", "--ckpt", tiny_checkpoint(tmp_path / "st.pt", "simpletron"), "--out", str(out)])
+    assert json.loads((out / "spectra.json").read_text())["ov"] == "OV = W_V^h (no output map W_O)"
 
 
 def test_spectra_and_activation_write_json_and_png(tmp_path):

@@ -87,3 +87,27 @@ def test_speed_records(tmp_path):
     nano = [r for r in records if r.get("config") == "nanogpt-cpu"]
     assert [(r["model"], r["length"], r["batch"]) for r in nano] == [("softmax", 64, 12)]
     assert (out / "speed.png").exists() and "| model |" in (out / "speed.md").read_text()
+
+
+# ----------------------------------------------------------------------------------------------
+# Plots
+
+def test_same_lines_finds_the_lines_drawn_one_over_the_other():
+    lines = {"simpletron": ([16, 64], [0.002, 0.002]), "softmax": ([16, 64], [0.005, 0.02]),
+             "transject": ([16, 64], [0.0002, 0.0002]), "diffeqformer": ([16, 64], [0.005, 0.0201])}
+    assert bench.same_lines(lines) == [("diffeqformer", "softmax")]          # within 1%: the later names the earlier
+    lines["diffeqformer"] = ([16, 64], [0.005, 0.021])                       # 5% apart: two lines
+    assert bench.same_lines(lines) == []
+    assert bench.same_lines({"a": ([1, 2], [1.0, 2.0]), "b": ([1, 4], [1.0, 2.0])}) == []   # other lengths
+
+
+def test_generation_plot(tmp_path):
+    out = tmp_path / "gen"
+    bench.main(["--out", str(out), "--lengths", "", "--generate", "--contexts", "8,16", "--new_tokens", "2",
+                "--repeats", "1", "--models", "simpletron,softmax,diffeqformer", "--n_layer", "1", "--n_head", "2",
+                "--n_embd", "16", "--vocab", "32", "--threads", "1"])
+    records = [r for r in json.loads((out / "speed.json").read_text()) if r["mode"] == "generate"]
+    state = {(r["model"], r["length"]): r["state_mb"] for r in records}
+    assert state["softmax", 16] == state["diffeqformer", 16] > state["simpletron", 16]   # the KV caches: equal
+    with open(out / "speed_generate.png", "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,175 @@
+"""
+Loss curves of train.py runs, read from their log.jsonl (one JSON record a line):
+
+    a training step   {"step", "loss", "lr", "time", "acc" (classifiers)}
+    an evaluation     {"step", "val_loss", "val_n", "val_acc" (classifiers) or "val_ppl" (language models), "time"}
+    a resumption      {"step", "resumed": true, "time"}       (train.py --resume, at that step)
+    attention std     {"step", "score_std", "attn_std", "time"}  (not drawn here: python analyze.py attnstd)
+"""
+
+import functools
+import json
+import math
+import os
+import re
+
+import numpy as np
+import matplotlib
+from matplotlib.figure import Figure           # no pyplot: no global figures, the Agg canvas writes the PNG
+from matplotlib.lines import Line2D
+from matplotlib.ticker import NullLocator
+
+import data
+
+
+def record(line):
+    try:
+        return json.loads(line)
+    except ValueError:                                       # a line still being written
+        return None
+
+
+def read_log(path):
+    """{"train": step records, "val": evaluations, "resumed": steps}; other records (attention std) left out."""
+    with open(path) as f:
+        rs = [r for r in map(record, f) if isinstance(r, dict) and isinstance(r.get("step"), (int, float))]
+    return {"train": [r for r in rs if "loss" in r], "val": [r for r in rs if "val_loss" in r],
+            "resumed": [r["step"] for r in rs if r.get("resumed")]}
+
+
+def column(records, key):
+    """(steps, values) of the records that have `key`, sorted by step; a step written twice keeps its last."""
+    by_step = {r["step"]: r[key] for r in records if isinstance(r.get(key), (int, float))}
+    return np.array(sorted(by_step), dtype=float), np.array([by_step[s] for s in sorted(by_step)], dtype=float)
+
+
+def moving_average(y, window):
+    """At each point the mean of the last `window` values (fewer at the start): it never looks ahead."""
+    total, end = np.concatenate([[0.0], np.cumsum(y)]), np.arange(1, len(y) + 1)
+    start = np.maximum(end - window, 0)
+    return (total[end] - total[start]) / (end - start)
+
+
+def seed_band(series):
+    """The seeds of one row, [(steps, values)] -> rows steps, mean, min, max at the steps that every seed has."""
+    steps = functools.reduce(np.intersect1d, [s for s, _ in series])
+    values = np.stack([v[np.searchsorted(s, steps)] for s, v in series])
+    return np.stack([steps, values.mean(0), values.min(0), values.max(0)])
+
+
+def log_ticks(ax, axis, values):
+    """Readable log-axis ticks (not 10 and 100 alone: 29.5 unreadable): >= 2 values of 1-2-5 (or 1-1.5-2-3-...-8)
+    times a power of ten inside the data's range, widened to the nearest such values for a narrower range."""
+    values = [v for v in values if 0 < v < math.inf]
+    if not values:
+        return
+    lo, hi = min(values) / 1.15, max(values) * 1.15
+    decades = range(math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1)
+    for mantissas in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8)):
+        cands = sorted(m * 10.0 ** e for e in decades for m in mantissas)
+        ticks = [v for v in cands if lo <= v <= hi]
+        if len(ticks) >= 3 or mantissas[-1] == 8:
+            break
+    if len(ticks) < 2:                                       # a narrow range: the candidates just outside
+        lo, hi = max(v for v in cands if v <= lo), min(v for v in cands if v >= hi)
+        ticks = [v for v in cands if lo <= v <= hi]
+    getattr(ax, f"set_{axis}lim")(lo, hi)
+    getattr(ax, f"set_{axis}ticks")(ticks, [f"{v:g}" for v in ticks])
+    getattr(ax, f"{axis}axis").set_minor_locator(NullLocator())
+
+
+def metric_of(logs):
+    """Panel 2's (key, label, scale): val accuracy (classifiers), perplexity (language models), None (no val yet)."""
+    keys = {k for log in logs for r in log["val"] for k in ("val_acc", "val_ppl") if k in r}
+    return next((m for m in (("val_acc", "val accuracy (%)", 100), ("val_ppl", "val perplexity", 1)) if m[0] in keys),
+                None)
+
+
+def look(i):
+    """Row i's colour and marker: 10 colours and 9 markers, so that rows 1 to 90 differ in one or both."""
+    return dict(color=matplotlib.colormaps["tab10"](i % 10), marker="osD^vP*Xh"[i % 9], ms=4)
+
+
+def draw_row(axes, i, logs, metric):
+    """Row i, its seeds as their mean and a band from min to max: panel 1 the train loss (moving average; one run:
+    each step too, light) and the val loss, panel 2 the metric. Returns {key: {"step", "mean", "min", "max"}}, the
+    last values that all its seeds have."""
+    train = [column(log["train"], "loss") for log in logs]
+    if all(len(s) for s, _ in train):
+        w = max(1, min(100, min(len(s) for s, _ in train) // 20))   # 1 for a few steps, 100 from 2,000 on
+        if len(logs) == 1:
+            axes[0].plot(*train[0], color=look(i)["color"], lw=0.5, alpha=0.3)
+        draw(axes[0], seed_band([(s, moving_average(v, w)) for s, v in train]), 1, dict(look(i), marker=None))
+    last, own = {}, metric_of(logs)                          # own: a language model among classifiers: not drawn
+    for key, scale in [("val_loss", 1)] + ([own[::2]] if own else []):
+        series = [column(log["val"], key) for log in logs]
+        band = seed_band(series) if all(len(s) for s, _ in series) else [[]]
+        if len(band[0]) and (key == "val_loss" or own == metric):
+            draw(axes[0 if key == "val_loss" else 1], band, scale, dict(look(i), ls=":" if key == "val_loss" else "-"))
+        if len(band[0]):
+            last[key] = {"step": int(band[0][-1]), **dict(zip(("mean", "min", "max"), map(float, band[1:, -1])))}
+    return last
+
+
+def draw(ax, band, scale, look):
+    steps, mean, lo, hi = band
+    ax.plot(steps, scale * mean, lw=1.5, **look)
+    if (lo < hi).any():
+        ax.fill_between(steps, scale * lo, scale * hi, color=look["color"], alpha=0.2, lw=0)
+
+
+def draw_rows(rows, title, png_path, short_steps=0, resumed=()):
+    """rows {label: [log, ...]} drawn by draw_row into two panels; steps 1..short_steps shaded (not for language
+    models, which train on full windows), resumptions dashed. Returns [{"label", "runs", and draw_row's}]."""
+    metric = metric_of([log for logs in rows.values() for log in logs])
+    named = len(rows) > 1 or any(len(logs) > 1 for logs in rows.values())    # not one run alone: its title names it
+    legend_lines = -(-len(rows) // 3) if named else 0         # the rows' legend under the panels, 3 a line
+    height = 4.6 + 0.2 * legend_lines                         # inches; margins fixed (a layout engine costs 0.5 s)
+    fig = Figure(figsize=(12, height))
+    fig.subplots_adjust(left=0.06, right=0.985, top=1 - 0.45 / height, bottom=(0.6 + 0.2 * legend_lines) / height)
+    axes = fig.subplots(1, 2)
+    summary = [{"label": label, "runs": len(logs), **draw_row(axes, i, logs, metric)}
+               for i, (label, logs) in enumerate(rows.items())]
+    lm = metric is not None and metric[0] == "val_ppl"
+    if lm:                                                    # ticks around every value drawn, bands included
+        axes[1].set_yscale("log")
+        log_ticks(axes[1], "y", axes[1].dataLim.intervaly)
+    for ax, ylabel in zip(axes, ("loss (cross-entropy, nats)", metric[1] if metric else "no evaluation yet")):
+        if short_steps > 0 and not lm:
+            ax.axvspan(0, short_steps, color="0.5", alpha=0.15, lw=0, label=f"steps 1-{short_steps}: prefixes")
+        for n, step in enumerate(resumed):
+            ax.axvline(step, color="0.3", ls="--", lw=1, label=None if n else "resumed (--resume)")
+        ax.set(xlabel="training step", ylabel=ylabel)
+        ax.grid(True, alpha=0.3)
+    kinds = [Line2D([], [], color="0.3", label="train loss"), Line2D([], [], color="0.3", ls=":", marker="o",
+                                                                     label="val loss")]
+    axes[0].legend(handles=kinds + axes[0].get_legend_handles_labels()[0], fontsize=8)
+    names = [f"{r['label']} ({r['runs']} seeds)" if r["runs"] > 1 else r["label"] for r in summary]
+    if legend_lines:
+        fig.legend(handles=[Line2D([], [], **look(i), label=n) for i, n in enumerate(names)], loc="lower center",
+                   ncol=3, fontsize=8, frameon=False)
+    fig.suptitle(title)
+    data.atomic_write(png_path, lambda f: fig.savefig(f, format="png", dpi=100))   # whole or not at all
+    return summary
+
+
+def plot_run(log_path, png_path, short_steps=0, title=""):
+    """One run (train.py draws it at every evaluation); short_steps: its sequence-length warm-up."""
+    log = read_log(log_path)
+    name = os.path.basename(os.path.dirname(os.path.abspath(log_path)))
+    draw_rows({name: [log]}, title or name, png_path, short_steps, log["resumed"])
+
+
+def row_of(run):
+    """A run folder's row: its name without the -sSEED of experiments.py's out/exp/TABLE/ROW-sSEED."""
+    return re.sub(r"-s\d+$", "", os.path.basename(os.path.normpath(run)))
+
+
+def plot_runs(runs, png_path, labels=None):
+    """Runs over each other, those of one label (default: row_of, the seeds of a row) as one line and a band.
+    Returns per row {"label", "runs", "val_loss": {"step", "mean", "min", "max"}, "val_acc" or "val_ppl": alike}:
+    the last values that all its seeds have."""
+    rows = {}
+    for run, label in zip(runs, labels or [row_of(r) for r in runs]):
+        rows.setdefault(label, []).append(read_log(os.path.join(run, "log.jsonl")))
+    return draw_rows(rows, "training curves: the mean over seeds, the band from the lowest to the highest", png_path)

@@ -1,0 +1,184 @@
+"""curves.py: the log reader, the moving average and the seeds' band against small hand-worked cases, the PNGs of
+every kind of log (no val yet, attention std only, a resumption, a language model), and analyze.py curves."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from matplotlib.figure import Figure
+
+import analyze
+import curves
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def write_log(folder, records, tail=""):
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, "log.jsonl")
+    with open(path, "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in records) + tail)
+    return path
+
+
+def classifier_log(val, n_steps=30, acc=True):
+    """Train steps 1..n_steps (loss 3 - step / 10) and the evaluations val {step: (val_loss, val_acc)}."""
+    records = []
+    for s in range(1, n_steps + 1):
+        records.append({"step": s, "loss": 3 - s / 10, "lr": 1e-3, "time": 0.1 * s, **({"acc": 0.5} if acc else {})})
+        if s in val:
+            records.append({"step": s, "val_loss": val[s][0], "val_n": 100, "val_acc": val[s][1], "time": 0.1 * s})
+    return records
+
+
+def is_png(path):
+    with open(path, "rb") as f:
+        return f.read(8) == PNG
+
+
+# ----------------------------------------------------------------------------------------------
+# The numbers
+
+def test_moving_average_by_hand():
+    assert np.allclose(curves.moving_average([1.0, 2.0, 3.0, 4.0], 2), [1.0, 1.5, 2.5, 3.5])
+    assert np.allclose(curves.moving_average([4.0, 2.0, 6.0], 3), [4.0, 3.0, 4.0])    # fewer at the start
+    assert np.allclose(curves.moving_average([5.0, 7.0], 1), [5.0, 7.0])
+    y = np.random.default_rng(0).normal(size=200)
+    loop = [y[max(0, i - 9):i + 1].mean() for i in range(200)]
+    assert np.allclose(curves.moving_average(y, 10), loop)
+
+
+def test_seed_band_by_hand():
+    # seed 0 has steps 10, 20, 30; seed 1 has 20, 30, 40; seed 2 has 10, 20, 30: the band is at 20 and 30
+    series = [(np.array([10., 20., 30.]), np.array([3.0, 2.0, 1.0])),
+              (np.array([20., 30., 40.]), np.array([2.6, 1.6, 0.9])),
+              (np.array([10., 20., 30.]), np.array([3.1, 2.3, 1.3]))]
+    steps, mean, lo, hi = curves.seed_band(series)
+    assert steps.tolist() == [20, 30]
+    assert np.allclose(mean, [(2.0 + 2.6 + 2.3) / 3, (1.0 + 1.6 + 1.3) / 3])
+    assert np.allclose(lo, [2.0, 1.0]) and np.allclose(hi, [2.6, 1.6])
+
+
+def test_read_log_sorts_the_records_and_leaves_out_the_rest(tmp_path):
+    records = [{"step": 0, "score_std": [1.0], "attn_std": [2.0], "time": 0},
+               {"step": 1, "loss": 2.0, "lr": 1e-3, "time": 1}, {"step": 2, "loss": 1.5, "lr": 1e-3, "time": 2},
+               {"step": 2, "val_loss": 1.7, "val_n": 9, "val_ppl": 5.47, "time": 2},
+               {"step": 2, "resumed": True, "time": 3}, {"step": 3, "loss": 1.2, "lr": 1e-3, "time": 4}]
+    log = curves.read_log(write_log(tmp_path, records, tail='{"step": 4, "lo'))   # the last line half written
+    assert [r["step"] for r in log["train"]] == [1, 2, 3] and log["resumed"] == [2]
+    assert [r["val_ppl"] for r in log["val"]] == [5.47]
+    steps, loss = curves.column(log["train"], "loss")
+    assert steps.tolist() == [1, 2, 3] and loss.tolist() == [2.0, 1.5, 1.2]
+    assert curves.metric_of([log])[0] == "val_ppl"
+
+
+def test_log_ticks_label_values_between_the_decades():
+    ax = Figure().subplots()
+    ax.set_yscale("log")
+    curves.log_ticks(ax, "y", [29.5, 55])                    # activation.png's values: 10 and 100 alone said nothing
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["30", "40", "50", "60"]
+    curves.log_ticks(ax, "y", [1.2, 900])                    # three decades: 1-2-5
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["2", "5", "10", "20", "50", "100", "200", "500", "1000"]
+    curves.log_ticks(ax, "y", [0.0, float("inf"), 61.0])     # what a log axis cannot show is left out
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["60", "70"]
+
+
+# ----------------------------------------------------------------------------------------------
+# The pictures
+
+def test_plot_run_draws_every_kind_of_log(tmp_path):
+    cases = {
+        "classifier": classifier_log({10: (2.5, 0.3), 20: (2.0, 0.5), 30: (1.5, 0.6)}),
+        "no-val-yet": classifier_log({}),
+        "attention-std-only": [{"step": 0, "score_std": [1.0, 2.0], "attn_std": [0.5, 0.4], "time": 0}],
+        "empty": [],
+        "resumed": classifier_log({10: (2.5, 0.3), 30: (1.5, 0.6)})[:20] + [{"step": 15, "resumed": True, "time": 9}] +
+                   classifier_log({10: (2.5, 0.3), 30: (1.5, 0.6)})[20:],
+        "lm": [{"step": s, "loss": 5 - s / 10, "lr": 1e-3, "time": s} for s in range(1, 21)] +
+              [{"step": 20, "val_loss": 3.4, "val_n": 64, "val_ppl": float(np.exp(3.4)), "time": 20},
+               {"step": 20, "score_std": [1.0], "attn_std": [1.0], "time": 20}],
+    }
+    for name, records in cases.items():
+        png = tmp_path / f"{name}.png"
+        curves.plot_run(write_log(tmp_path / name, records), str(png), short_steps=5, title=name)
+        assert is_png(png) and png.stat().st_size > 10_000, name
+        assert not list(tmp_path.glob(f"{name}.png.tmp*"))   # written whole, no temporary file left
+
+
+def test_plot_run_is_fast_on_a_long_log(tmp_path):
+    """train.py draws at every evaluation: 10,000 steps and their evaluations read and drawn in a moment (the bound
+    is loose: the CPU may be shared)."""
+    import time
+    path = write_log(tmp_path / "long", classifier_log({s: (3 - s / 5000, s / 10_000) for s in range(500, 10_001, 500)},
+                                                         n_steps=10_000))
+    t = time.perf_counter()
+    curves.plot_run(path, str(tmp_path / "long.png"), short_steps=400)
+    assert time.perf_counter() - t < 10 and is_png(tmp_path / "long.png")
+
+
+def test_plot_runs_summary_is_the_mean_and_band_of_the_seeds(tmp_path):
+    # row "a": seeds 0 and 1 (seed 1 one evaluation further); row "b": one run; row "lm": a language model
+    a0 = write_log(tmp_path / "a-s0", classifier_log({10: (2.0, 0.50), 20: (1.0, 0.60)}))
+    a1 = write_log(tmp_path / "a-s1", classifier_log({10: (3.0, 0.70), 20: (1.5, 0.80), 30: (1.2, 0.9)}))
+    b = write_log(tmp_path / "b", classifier_log({10: (2.2, 0.4)}))
+    lm = write_log(tmp_path / "lm-s3", [{"step": 5, "loss": 4.0, "lr": 1e-3, "time": 1},
+                                        {"step": 5, "val_loss": 4.2, "val_n": 8, "val_ppl": 66.7, "time": 1}])
+    runs = [os.path.dirname(p) for p in (a0, a1, b, lm)]
+    png = tmp_path / "out" / "curves.png"
+    png.parent.mkdir()
+    rows = curves.plot_runs(runs, str(png))
+    assert is_png(png)
+    assert [(r["label"], r["runs"]) for r in rows] == [("a", 2), ("b", 1), ("lm", 1)]
+    a = rows[0]
+    assert a["val_loss"]["step"] == 20 and a["val_acc"]["step"] == 20      # the last step both seeds have
+    assert a["val_loss"]["mean"] == pytest.approx(1.25) and (a["val_loss"]["min"], a["val_loss"]["max"]) == (1.0, 1.5)
+    assert a["val_acc"]["mean"] == pytest.approx(0.7) and (a["val_acc"]["min"], a["val_acc"]["max"]) == (0.6, 0.8)
+    assert rows[1]["val_acc"] == {"step": 10, "mean": 0.4, "min": 0.4, "max": 0.4}
+    assert rows[2]["val_ppl"]["mean"] == 66.7 and "val_acc" not in rows[2]   # its own metric, among classifiers
+    # labels group runs as given
+    rows = curves.plot_runs(runs[:3], str(png), labels=["x", "x", "x"])
+    assert [(r["label"], r["runs"]) for r in rows] == [("x", 3)]
+    assert rows[0]["val_loss"] == {"step": 10, "mean": pytest.approx(2.4), "min": 2.0, "max": 3.0}
+
+
+def test_row_of_strips_the_seed():
+    assert curves.row_of("out/exp/ptb/gpt-softmax-pre-ln-s2") == "gpt-softmax-pre-ln"
+    assert curves.row_of("out/exp/ptb/gpt-softmax-pre-ln-s12/") == "gpt-softmax-pre-ln"
+    assert curves.row_of("out/my-run") == "my-run" and curves.row_of("out/x-seed") == "x-seed"
+
+
+# ----------------------------------------------------------------------------------------------
+# python analyze.py curves
+
+def test_analyze_curves_of_runs_and_of_a_table(tmp_path, monkeypatch, capsys):
+    table = tmp_path / "out" / "exp" / "mini"
+    for seed, (l1, l2) in enumerate(((2.0, 1.0), (3.0, 1.5))):
+        write_log(table / f"simpletron-s{seed}", classifier_log({10: (l1, 0.5), 20: (l2, 0.6 + 0.2 * seed)}))
+    write_log(table / "softmax-s0", classifier_log({20: (1.8, 0.55)}))
+    (table / "simpletron-heldout-s0").mkdir()                 # an evaluation of a checkpoint: no log.jsonl
+    monkeypatch.chdir(tmp_path)
+    analyze.main(["curves", "--table", "mini", "--out", "an"])
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == ("simpletron (2 seeds): step 20: val loss 1.2500 (seeds 1.0000 to 1.5000), val acc 70.00% "
+                          "(seeds 60.00% to 80.00%)")
+    assert printed[1] == "softmax: step 20: val loss 1.8000, val acc 55.00%"
+    saved = json.loads((tmp_path / "an" / "curves.json").read_text())
+    assert [r["label"] for r in saved["rows"]] == ["simpletron", "softmax"] and len(saved["runs"]) == 3
+    assert is_png(tmp_path / "an" / "curves.png")
+    analyze.main(["curves", str(table / "softmax-s0"), "--out", "one"])
+    assert capsys.readouterr().out.startswith("softmax: step 20: val loss 1.8000")
+
+
+def test_analyze_curves_bad_input(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "nolog").mkdir()
+    (tmp_path / "out" / "exp" / "empty" / "x-s0").mkdir(parents=True)
+    for argv, message in ((["curves"], "curves needs run folders"),
+                          (["curves", "nolog"], "nolog/log.jsonl does not exist"),
+                          (["curves", "--table", "nothing"], "--table nothing: out/exp/nothing does not exist"),
+                          (["curves", "--table", "empty"], "no run in out/exp/empty has a log.jsonl"),
+                          (["curves", "--ckpt", "x.pt"], "unrecognized arguments: --ckpt")):
+        with pytest.raises(analyze.UsageError, match=message) as e:
+            analyze.main([*argv, "--out", str(tmp_path / "an")])
+        assert "\n" not in str(e.value)
