@@ -23,16 +23,18 @@ import data
 
 
 def record(line):
+    """A log line's record (a JSON object with a step), or None (e.g. a line still being written)."""
     try:
-        return json.loads(line)
-    except ValueError:                                       # a line still being written
+        r = json.loads(line)
+    except ValueError:
         return None
+    return r if isinstance(r, dict) and isinstance(r.get("step"), (int, float)) else None
 
 
 def read_log(path):
     """{"train": step records, "val": evaluations, "resumed": steps}; other records (attention std) left out."""
     with open(path) as f:
-        rs = [r for r in map(record, f) if isinstance(r, dict) and isinstance(r.get("step"), (int, float))]
+        rs = [r for r in map(record, f) if r]
     return {"train": [r for r in rs if "loss" in r], "val": [r for r in rs if "val_loss" in r],
             "resumed": [r["step"] for r in rs if r.get("resumed")]}
 
@@ -100,14 +102,15 @@ def draw_row(axes, i, logs, metric):
         if len(logs) == 1:
             axes[0].plot(*train[0], color=look(i)["color"], lw=0.5, alpha=0.3)
         draw(axes[0], seed_band([(s, moving_average(v, w)) for s, v in train]), 1, dict(look(i), marker=None))
-    last, own = {}, metric_of(logs)                          # own: a language model among classifiers: not drawn
-    for key, scale in [("val_loss", 1)] + ([own[::2]] if own else []):
+    last, own = {}, metric_of(logs)
+    for key, ax, scale in [("val_loss", axes[0], 1)] + ([(own[0], axes[1], own[2])] if own else []):
         series = [column(log["val"], key) for log in logs]
-        band = seed_band(series) if all(len(s) for s, _ in series) else [[]]
-        if len(band[0]) and (key == "val_loss" or own == metric):
-            draw(axes[0 if key == "val_loss" else 1], band, scale, dict(look(i), ls=":" if key == "val_loss" else "-"))
-        if len(band[0]):
-            last[key] = {"step": int(band[0][-1]), **dict(zip(("mean", "min", "max"), map(float, band[1:, -1])))}
+        band = seed_band(series) if all(len(s) for s, _ in series) else np.empty((4, 0))
+        if not band.shape[1]:
+            continue
+        if ax is axes[0] or own == metric:                   # panel 2 holds one metric (acc, among classifiers)
+            draw(ax, band, scale, dict(look(i), ls=":" if ax is axes[0] else "-"))
+        last[key] = {"step": int(band[0, -1]), **dict(zip(("mean", "min", "max"), band[1:, -1].tolist()))}
     return last
 
 

@@ -418,7 +418,7 @@ def list_tables(name, seeds, data_dir, bert_dir):
     if TABLES[name].compute is not None:
         print(f"  (computed in this process: python experiments.py {name})")
     else:
-        print(f"their training curves, the seeds of a row as a mean and a band: python analyze.py curves --table {name}")
+        print(f"the training curves (the seeds of a row: a mean and a band): python analyze.py curves --table {name}")
 
 
 def main(argv=None):

@@ -182,3 +182,9 @@ def test_analyze_curves_bad_input(tmp_path, monkeypatch):
         with pytest.raises(analyze.UsageError, match=message) as e:
             analyze.main([*argv, "--out", str(tmp_path / "an")])
         assert "\n" not in str(e.value)
+
+
+def test_record_is_a_json_object_with_a_step():
+    assert curves.record('{"step": 3, "loss": 1.0}\n') == {"step": 3, "loss": 1.0}
+    for line in ('{"step": 3, "lo', "[1, 2]\n", "7\n", '{"loss": 1.0}\n', '{"step": "3"}\n', "\n"):
+        assert curves.record(line) is None, line
