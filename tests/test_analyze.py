@@ -585,8 +585,8 @@ def test_spectra_and_activation_write_json_and_png(tmp_path):
 # TransJect and DiffEqFormer through the same commands
 
 def model_checkpoint(path, model_name, config, task="listops", data_dir=None):
-    import train
-    model = train.build_model(model_name, config)
+    import config as cfg
+    model = cfg.build_model(model_name, config)
     torch.save({"model_name": model_name, "config": dataclasses.asdict(model.config), "model": model.state_dict(),
                 "args": {"task": task, "data_dir": data_dir, "cache_dir": "data", "seed": 0, "tokenizer": "gpt2"}},
                path)

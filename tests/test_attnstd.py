@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import analyze
+import config
 import data
 import simpletron
 import train
@@ -97,7 +98,7 @@ def test_attention_std_leaves_the_mode_and_training_alone(tmp_path):
     # the last record: the trained model on the fixed val batch (min(batch_size, 64) rows, drawn with seed 4321)
     metrics = json.load(open(tmp_path / "std" / "metrics.json"))
     ckpt = torch.load(tmp_path / "std" / "ckpt.pt", weights_only=True)
-    model = train.build_model(ckpt["model_name"], ckpt["config"])
+    model = config.build_model(ckpt["model_name"], ckpt["config"])
     model.load_state_dict(ckpt["model"])
     task = data.load_task("listops", cache_dir=metrics["args"]["cache_dir"], data_dir=str(lra),
                           block_size=ckpt["config"]["block_size"])
