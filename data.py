@@ -96,16 +96,20 @@ def load_task(name, cache_dir="data", **kw):
     return TASKS[name](cache_dir=cache_dir, **kw)
 
 
-def prepare_main(name, argv=None):
+def prepare_main(name, argv=None, help=None):
     """python -m tasks.NAME: prepare one task's files under --cache_dir, as nanoGPT's prepare.py does (train.py
-    would do it on its first run). Its flags are the loader's keyword arguments. Bad data: one line, exit 2."""
+    would do it on its first run). Its flags are the loader's keyword arguments (a False one is a switch; `help`
+    explains a flag). Bad data: one line, exit 2."""
     parser = argparse.ArgumentParser(prog=f"python -m tasks.{name}", description=f"Generate, download or read "
                                      f"the {name} task's data once into --cache_dir, as train.py --task {name} does.")
     for arg in inspect.signature(TASKS[name]).parameters.values():
-        if arg.kind is not arg.VAR_KEYWORD:
-            d = arg.default                                  # a tuple is given as "A,B" (e.g. --listops_args 2,10)
+        d = arg.default                                      # a tuple is given as "A,B" (e.g. --listops_args 2,10)
+        text = (help or {}).get(arg.name) or f"default: {','.join(map(str, d)) if isinstance(d, tuple) else d}"
+        if d is False:
+            parser.add_argument(f"--{arg.name}", action="store_true", help=text)
+        elif arg.kind is not arg.VAR_KEYWORD:
             parser.add_argument(f"--{arg.name}", type=int if isinstance(d, int) or arg.name == "block_size" else str,
-                                default=d, help=f"default: {','.join(map(str, d)) if isinstance(d, tuple) else d}")
+                                default=d, help=text)
     args = parser.parse_args(argv)
     try:
         task = load_task(name, **vars(args))

@@ -24,7 +24,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 import data  # noqa: E402  (only for the task's splits and the reference rules; the generator is below)
-from tasks import listops, listops_rules  # noqa: E402
+from tasks import listops, listops_format, listops_rules  # noqa: E402
 
 OPERATORS = ("MIN", "MAX", "MED", "SM")
 LEAF_P = 0.75                       # LRA: a draw r > 0.25 makes a leaf
@@ -177,12 +177,7 @@ def main(argv=None):
                               listops_args=a.listops_args, listops_len=a.listops_len, listops_sizes=a.listops_sizes)
     except data.DataError as e:
         sys.exit(f"error: {e}")
-    folder = os.path.join(a.cache_dir, setting.folder_name())
-    splits = {}
-    for split in ("train", "val", "test"):
-        with open(os.path.join(folder, f"basic_{split}.tsv")) as f:
-            next(f)
-            splits[split] = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    splits = {s: list(listops_format.listops_rows(task.split(s))) for s in ("train", "val", "test")}  # LRA strings
     exclude = {s for rows in splits.values() for s, _ in rows}
     trees, dropped = draw(a.n, setting.depth, setting.args, setting.lengths, a.seed, exclude)
     rows = [(s, value(t)) for s, t in trees]

@@ -7,10 +7,11 @@ ListOps (Nangia & Bowman 2018), generated exactly by the Long Range Arena recipe
   distinct; 96,000 / 2,000 / 2,000 for train / val / test. MAX(2, 9) is written ( ( ( [MAX 2 ) 9 ) ] ).
 The depth, the argument range, the length window and the split sizes are options of the task
 (train.py --listops_depth, --listops_args, --listops_len, --listops_sizes); the LRA values are the default.
+The trees go straight into token arrays (tasks/listops_format.py reads and writes LRA's TSV files, which
+python -m tasks.listops --tsv also writes), memory-mapped when read.
 """
 
 import contextlib
-import glob
 import hashlib
 import math
 import multiprocessing
@@ -21,19 +22,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data import (ClassificationSplit, DataError, Task, atomic_write_text, cached_dir, one_line, prepare_main, release,
-                  task)
+from data import DataError, Task, cached_dir, cls_task, prepare_main, release, save_arrays, task
+from tasks.listops_format import (LISTOPS_OPS, LISTOPS_VOCAB, listops_rows, listops_split, listops_tokens,
+                                  write_listops_tsv)
 
 
-LISTOPS_OPS = ("[MIN", "[MAX", "[MED", "[SM")
-LISTOPS_VOCAB = ("<pad>", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", *LISTOPS_OPS, "]")
 LISTOPS_SIZES = {"train": 96_000, "val": 2_000, "test": 2_000}
 LISTOPS_DEPTH = 10              # nodes at this depth are leaves: operators sit at depths 1 .. 9
 LISTOPS_ARGS = (2, 10)          # arguments of an operator, both ends included
 LISTOPS_LEN = (500, 2000)       # a tree is kept when MIN < length < MAX (tokens without parentheses)
 LISTOPS_OP_P = 0.25             # below the depth limit a node is an operator with this probability
-LISTOPS_FIRST_OP = LISTOPS_VOCAB.index(LISTOPS_OPS[0])   # token ids: digit v is v + 1, operators 11-14, "]" 15
-LISTOPS_END = LISTOPS_VOCAB.index("]")
 
 
 def _median(values):                                         # numpy.median, truncated to int
@@ -170,12 +168,14 @@ def listops_chunk(args):
 
 def generate_listops(n, seed=0, min_len=500, max_len=2000, chunk=1000, depth=LISTOPS_DEPTH, args=LISTOPS_ARGS,
                      processes=None, progress=True):
-    """n distinct (string, label) examples, the same for a seed whatever the number of processes: chunk i is
-    drawn from its own seed (seed, i), and chunks are merged in order. Progress is shown over chunks."""
+    """n distinct (string, label) examples, yielded one at a time, the same for a seed whatever the number of
+    processes: chunk i is drawn from its own seed (seed, i), chunks are merged in order and a tree is kept the
+    first time it comes. Only a 16-byte digest of each tree is remembered, never the trees: the LRA set's
+    strings alone would take 0.6 GB. Progress is shown over chunks."""
     from tqdm import tqdm
     processes = min(os.cpu_count() or 1, 8) if processes is None else processes
     per_round = n // chunk + 2                               # a little spare for duplicates
-    seen, start = {}, 0
+    seen, start = set(), 0
     with contextlib.ExitStack() as stack:
         if processes > 1 and n > chunk:                      # one chunk holds n distinct trees: no pool needed
             pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(min(processes, per_round)))
@@ -189,7 +189,10 @@ def generate_listops(n, seed=0, min_len=500, max_len=2000, chunk=1000, depth=LIS
             jobs = [((seed, i), chunk, min_len, max_len, depth, tuple(args)) for i in range(start, start + per_round)]
             for examples in imap(listops_chunk, jobs):
                 for s, value in examples:
-                    seen.setdefault(s, value)
+                    digest = hashlib.blake2b(s.encode(), digest_size=16).digest()
+                    if len(seen) < n and digest not in seen:
+                        seen.add(digest)
+                        yield s, value
                 bar.update(1)
                 if len(seen) >= n:
                     break
@@ -197,7 +200,6 @@ def generate_listops(n, seed=0, min_len=500, max_len=2000, chunk=1000, depth=LIS
                 raise DataError(f"listops: only {len(seen)} distinct trees found, fewer than the {n} asked; widen "
                                 "--listops_len or --listops_args, raise --listops_depth, or lower --listops_sizes")
             start += per_round
-    return list(seen.items())[:n]
 
 
 def listops_probe(setting, draws=20_000, seed=12345):
@@ -221,197 +223,87 @@ def listops_probe(setting, draws=20_000, seed=12345):
     return kept, len(distinct), kept * kept / (2 * repeats) if repeats else math.inf
 
 
-_LISTOPS_CHARS = {"[MIN": "\x01", "[MAX": "\x02", "[MED": "\x03", "[SM": "\x04"}  # one character each
-_LISTOPS_BYTES = tuple((op.encode(), ch.encode()) for op, ch in _LISTOPS_CHARS.items())
-_LISTOPS_LUT = np.full(256, 255, dtype=np.uint8)
-for _i, _tok in enumerate(LISTOPS_VOCAB[1:], start=1):
-    _LISTOPS_LUT[ord(_LISTOPS_CHARS.get(_tok, _tok))] = _i
+def write_listops_arrays(setting, out):
+    """Generate the setting's trees (seed 0) straight into out/{train,val,test}.{tokens,lengths,labels}.npy in
+    the order drawn: tokens uint8 (N, the longest tree possible) padded with 0, written a row at a time, so that
+    memory holds one chunk of trees, never the whole set nor its strings."""
+    examples = generate_listops(sum(setting.sizes), seed=0, min_len=setting.lengths[0], max_len=setting.lengths[1],
+                                depth=setting.depth, args=setting.args)
+    width = min(setting.lengths[1] - 1, setting.longest())
+    for split, size in zip(LISTOPS_SIZES, setting.sizes):
+        lengths, labels = np.zeros(size, np.int32), np.zeros(size, np.uint8)
+        with open(os.path.join(out, f"{split}.tokens.npy"), "wb") as f:
+            np.lib.format.write_array_header_1_0(f, {"descr": "|u1", "fortran_order": False, "shape": (size, width)})
+            for i, (s, value) in zip(range(size), examples):  # range first: no tree is drawn past the split
+                ids = listops_tokens(s)
+                lengths[i], labels[i] = len(ids), value
+                f.write(ids.tobytes() + bytes(width - len(ids)))
+        save_arrays(out, split, lengths=lengths, labels=labels)
 
 
-def listops_tokens(text):
-    """LRA ListOps string (str or bytes) -> token ids (uint8). Drops "(" and ")" but keeps "]" as its own
-    token. (LRA's official tokenizer dropped every bracket, "]" too, so the tree could not be read back: a
-    known bug, LRA issues #6 and #14.) Raises ValueError on a symbol outside the 15 of ListOps."""
-    raw = text.encode() if isinstance(text, str) else bytes(text)
-    short = raw
-    for op, ch in _LISTOPS_BYTES:
-        short = short.replace(op, ch)
-    toks = short.replace(b"(", b" ").replace(b")", b" ").split()
-    chars = b"".join(toks)
-    ids = _LISTOPS_LUT[np.frombuffer(chars, dtype=np.uint8)]
-    if len(chars) != len(toks) or (ids == 255).any():       # a token longer than one symbol, or unknown
-        bad = next(t for t in raw.replace(b"(", b" ").replace(b")", b" ").split()
-                   if t.decode(errors="replace") not in LISTOPS_VOCAB[1:])
-        raise ValueError(f"unknown symbol {bad.decode(errors='replace')!r}")
-    return ids
+def check_reachable(setting):
+    """An unusual setting: a DataError if its length window is not reached, or it has too few distinct trees
+    (drawing more than half of them would crawl)."""
+    kept, _, estimate = listops_probe(setting)
+    if not kept:
+        raise DataError(f"listops: no tree of {setting.lengths[0]} < length < {setting.lengths[1]} in "
+                        "20,000 draws; widen --listops_len or raise --listops_depth / --listops_args")
+    if estimate < 2 * sum(setting.sizes):
+        raise DataError(f"listops: the setting ({setting.describe()}) has only about {int(estimate)} distinct trees, "
+                        f"too few for {sum(setting.sizes)}; widen --listops_len or --listops_args, raise "
+                        "--listops_depth or lower --listops_sizes")
 
 
-def listops_check_tree(ids):
-    """Raises ValueError unless the token ids are one whole tree: a digit, or an operator, its arguments
-    (at least one) and its "]", every operator closed and nothing after the root's "]"."""
-    ids = np.asarray(ids)
-    if len(ids) == 1 and ids[0] < LISTOPS_FIRST_OP:
-        return
-    is_op = (ids >= LISTOPS_FIRST_OP) & (ids < LISTOPS_END)
-    if not is_op[0]:
-        raise ValueError("the tree does not start with an operator")
-    depth = np.cumsum(is_op.astype(np.int32) - (ids == LISTOPS_END))
-    if depth[-1] > 0:
-        raise ValueError(f"the tree is cut short: {depth[-1]} operator(s) not closed by ']'")
-    if (depth[:-1] <= 0).any():
-        raise ValueError("tokens after the root's closing ']'")
-    if (is_op[:-1] & (ids[1:] == LISTOPS_END)).any():
-        raise ValueError("an operator without arguments")
-
-
-def read_listops_arrays(path, fix="fix or remove that line", progress=False):
-    """LRA's basic_*.tsv: a header "Source<TAB>Target", then one tree and its value per line. Returns
-    tokens (N, longest) uint8 padded with 0, lengths (N,) int32, labels (N,) int64. Any problem with the
-    file is a DataError that names the file (and the line) and ends with `fix`, what to do about it."""
-    from tqdm import tqdm
-    if os.path.isdir(path):
-        raise DataError(f"{path} is a folder where the ListOps file should be; {fix}")
-    rows, labels = [], []
-    try:
-        with open(path, "rb") as f, tqdm(total=os.path.getsize(path), unit="B", unit_scale=True, leave=False,
-                                         desc=f"reading {os.path.basename(path)}", disable=not progress) as bar:
-            lineno = 0
-            for lineno, line in enumerate(f, 1):
-                bar.update(len(line))
-                if lineno == 1 and line.startswith(b"Source"):
-                    continue
-                if not line.strip():
-                    continue
-                try:
-                    try:
-                        line.decode("utf-8")
-                    except UnicodeDecodeError as e:
-                        raise ValueError(f"byte 0x{line[e.start]:02x} at column {e.start + 1} is not UTF-8 "
-                                         "text") from None
-                    parts = line.rstrip(b"\r\n").split(b"\t")
-                    if len(parts) != 2:
-                        raise ValueError(f"expected 2 tab-separated fields, found {len(parts)}")
-                    try:
-                        label = int(parts[1])
-                    except ValueError:
-                        raise ValueError(f"the label {parts[1].decode()!r} is not a digit 0-9") from None
-                    if not 0 <= label <= 9:
-                        raise ValueError(f"label {label} is not a digit 0-9")
-                    ids = listops_tokens(parts[0])
-                    if not len(ids):
-                        raise ValueError("empty expression")
-                    listops_check_tree(ids)
-                except ValueError as e:
-                    raise DataError(f"{path}, line {lineno}: malformed ListOps row ({e}); {fix}") from None
-                rows.append(ids)
-                labels.append(label)
-    except OSError as e:
-        raise DataError(f"cannot read {path} ({one_line(e)}); {fix}") from None
-    if not rows:
-        what = "is empty" if lineno == 0 else "has no examples (only a header or blank lines)"
-        raise DataError(f"{path} {what}: a ListOps TSV holds a header 'Source<TAB>Target' and one "
-                        f"'tree<TAB>label' row per line; {fix}")
-    lengths = np.fromiter(map(len, rows), dtype=np.int32, count=len(rows))
-    tokens = np.zeros((len(rows), int(lengths.max())), dtype=np.uint8)
-    for i, ids in enumerate(rows):
-        tokens[i, :len(ids)] = ids
-    return tokens, lengths, np.asarray(labels, dtype=np.int64)
-
-
-def read_listops_tsv(path, block_size=None, fix="fix or remove that line"):
-    """The split in an LRA basic_*.tsv, each example cut to its first block_size tokens."""
-    tokens, lengths, labels = read_listops_arrays(path, fix)
-    return ClassificationSplit(tokens, labels, lengths).truncate(block_size or tokens.shape[1])
-
-
-LISTOPS_NPY_MIN_BYTES = 4 << 20   # TSVs from this size on are cached as arrays (smaller ones parse in < 0.2 s)
-
-
-def listops_split(path, cache_dir, block_size=None, fix="fix or remove that line"):
-    """read_listops_tsv through a binary cache: the TSV is parsed once into cache_dir/listops-npy/KEY/
-    {tokens,lengths,labels}.npy, which later runs memory-map in a fraction of a second (the LRA train TSV
-    takes ~20-40 s to parse). KEY names the TSV (its real path) and its version (size, mtime, inode), so a
-    TSV that changes is parsed again; the stale arrays of that file are then removed. Small TSVs are
-    parsed every time."""
-    st = os.stat(path)
-    if st.st_size < LISTOPS_NPY_MIN_BYTES:
-        return read_listops_tsv(path, block_size, fix)
-    name = hashlib.sha1(os.path.realpath(path).encode()).hexdigest()[:10]
-    version = hashlib.sha1(f"{st.st_size}|{st.st_mtime_ns}|{st.st_ino}".encode()).hexdigest()[:10]
-    root = os.path.join(cache_dir, "listops-npy")
-    folder = os.path.join(root, f"{name}-{version}")
-    arrays = ("tokens", "lengths", "labels")
-    try:
-        tokens, lengths, labels = (np.load(os.path.join(folder, f"{a}.npy"), mmap_mode="r" if a == "tokens" else None)
-                                   for a in arrays)
-        cached = len(tokens) == len(lengths) == len(labels)
-    except (OSError, ValueError, EOFError):                  # not cached yet, or damaged: parse the TSV
-        cached = False
-    if not cached:
-        tokens, lengths, labels = read_listops_arrays(path, fix, progress=True)
-
-        def build(tmp):
-            for a, value in zip(arrays, (tokens, lengths, labels)):
-                np.save(os.path.join(tmp, f"{a}.npy"), value)
-        shutil.rmtree(folder, ignore_errors=True)            # a damaged one
-        with contextlib.suppress(OSError):                   # no cache (read-only, or another run won): fine
-            cached_dir(folder, build)
-            for old in glob.glob(os.path.join(root, f"{name}-*")):   # arrays of an older version of this TSV
-                if old != folder and ".tmp" not in old:
-                    shutil.rmtree(old, ignore_errors=True)
-    return ClassificationSplit(tokens, labels, lengths).truncate(block_size or tokens.shape[1])
-
-
-def write_listops_tsv(path, examples):
-    atomic_write_text(path, "Source\tTarget\n" + "".join(f"{s}\t{v}\n" for s, v in examples))
+def tsv_task(folder, paths, block_size, cache_dir, fix):
+    """The task over LRA's TSV files paths {split: path} (those there: the others are missing)."""
+    loaders = {s: (lambda p=p: listops_split(p, cache_dir, block_size, fix)) for s, p in paths.items()}
+    missing = {s: f"listops: no basic_{s}.tsv in {folder}" for s in LISTOPS_SIZES if s not in paths}
+    return Task("listops", "cls", len(LISTOPS_VOCAB), block_size, 10, loaders, missing, paths)
 
 
 @task("listops")
 def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LISTOPS_DEPTH, listops_args=LISTOPS_ARGS,
-            listops_len=LISTOPS_LEN, listops_sizes=tuple(LISTOPS_SIZES.values()), **_):
-    """LRA ListOps from --data_dir's basic_*.tsv, or generated once into cache_dir/listops (the LRA setting)
-    or cache_dir/listops-depthD-argsA-B-lenL-M-nT-V-T (any other setting of the listops_* options).
-    block_size defaults to the setting's length bound (2000 for LRA)."""
+            listops_len=LISTOPS_LEN, listops_sizes=tuple(LISTOPS_SIZES.values()), tsv=False, **_):
+    """LRA ListOps from --data_dir's basic_*.tsv, or generated once as arrays into cache_dir/listops (the LRA
+    setting) or cache_dir/listops-depthD-argsA-B-lenL-M-nT-V-T (any other setting of the listops_* options);
+    tsv=True also writes them there as LRA's TSV files. block_size defaults to the setting's length bound."""
     setting = listops_setting(listops_depth, listops_args, listops_len, listops_sizes)
     block_size = block_size or setting.lengths[1]
-    names = {split: f"basic_{split}.tsv" for split in LISTOPS_SIZES}
     if data_dir is not None:                                 # LRA's release: lra_release/listops-1000/
+        if tsv:
+            raise DataError("listops: --tsv writes the generated trees as TSV files; --data_dir's are TSV files "
+                            "already")
+        names = [f"basic_{s}.tsv" for s in LISTOPS_SIZES]
         folder, found = release("listops", data_dir, "it should hold LRA's basic_train.tsv, basic_val.tsv and "
-                                "basic_test.tsv (or listops-1000/ with them)", (), ["listops-1000"], names.values())
-        paths = {s: found[n] for s, n in names.items() if found[n]}
-        fix = "the file should hold LRA's ListOps rows ('Source<TAB>Target', then one 'tree<TAB>label' per line)"
-    else:                                                    # generate once, then reuse
-        folder = os.path.join(cache_dir, setting.folder_name())
-        paths = {s: os.path.join(folder, n) for s, n in names.items()}
-        fix = f"delete {folder} and the next run generates it again"
-        if not all(os.path.isfile(p) for p in paths.values()):
-            for p in paths.values():
-                if os.path.exists(p) and not os.path.isfile(p):
-                    raise DataError(f"{p} is a folder where the ListOps file should be; {fix}")
-            total = sum(setting.sizes)
-            if not setting.is_lra():                         # an unusual setting: is it reachable at all?
-                kept, _, estimate = listops_probe(setting)
-                if not kept:
-                    raise DataError(f"listops: no tree of {setting.lengths[0]} < length < {setting.lengths[1]} in "
-                                    "20,000 draws; widen --listops_len or raise --listops_depth / --listops_args")
-                if estimate < 2 * total:                     # drawing more than half of them would crawl
-                    raise DataError(f"listops: the setting ({setting.describe()}) has only about "
-                                    f"{int(estimate)} distinct trees, too few for {total}; widen --listops_len or "
-                                    "--listops_args, raise --listops_depth or lower --listops_sizes")
-            os.makedirs(folder, exist_ok=True)
-            # a benchmark, so one fixed draw (seed 0) whatever the run's --seed
-            what = "LRA recipe" if setting.is_lra() else setting.describe()
-            print(f"generating ListOps ({what}) into {folder}{', about a minute' * setting.is_lra()} ...", flush=True)
-            examples = generate_listops(total, seed=0, min_len=setting.lengths[0], max_len=setting.lengths[1],
-                                        depth=setting.depth, args=setting.args)
-            start = 0
-            for split, size in zip(LISTOPS_SIZES, setting.sizes):
-                write_listops_tsv(paths[split], examples[start:start + size])
-                start += size
-    loaders = {s: (lambda p=p: listops_split(p, cache_dir, block_size, fix)) for s, p in paths.items()}
-    missing = {s: f"listops: no {n} in {folder}" for s, n in names.items() if s not in paths}
-    return Task("listops", "cls", len(LISTOPS_VOCAB), block_size, 10, loaders, missing, paths)
+                                "basic_test.tsv (or listops-1000/ with them)", (), ["listops-1000"], names)
+        return tsv_task(folder, {s: found[f"basic_{s}.tsv"] for s in LISTOPS_SIZES if found[f"basic_{s}.tsv"]},
+                        block_size, cache_dir, "the file should hold LRA's ListOps rows ('Source<TAB>Target', then one "
+                        "'tree<TAB>label' per line)")
+    folder = os.path.join(cache_dir, setting.folder_name())
+    tsvs = {s: os.path.join(folder, f"basic_{s}.tsv") for s in LISTOPS_SIZES}
+    if os.path.isdir(folder) and not os.path.exists(os.path.join(folder, "train.tokens.npy")):
+        fix = f"delete {folder} and the next run generates it again"     # older versions cached the TSVs only
+        for p in tsvs.values():
+            if os.path.exists(p) and not os.path.isfile(p):
+                raise DataError(f"{p} is a folder where the ListOps file should be; {fix}")
+        if all(map(os.path.isfile, tsvs.values())):
+            return tsv_task(folder, tsvs, block_size, cache_dir, fix)
+        shutil.rmtree(folder)                                # left half-written by a killed run of an older version
+    if not os.path.isdir(folder):
+        if not setting.is_lra():                             # an unusual setting: is it reachable at all?
+            check_reachable(setting)
+        # a benchmark, so one fixed draw (seed 0) whatever the run's --seed
+        what = "LRA recipe" if setting.is_lra() else setting.describe()
+        print(f"generating ListOps ({what}) into {folder}{', about a minute' * setting.is_lra()} ...", flush=True)
+        cached_dir(folder, lambda out: write_listops_arrays(setting, out))
+    if tsv:                                                  # for LRA's own code: its release format
+        full = cls_task("listops", "cls", folder, len(LISTOPS_VOCAB), setting.lengths[1], 10, 0, {s: s for s in tsvs})
+        for s, path in tsvs.items():
+            write_listops_tsv(path, listops_rows(full.split(s)))
+        print(f"listops: wrote {', '.join(map(os.path.basename, tsvs.values()))} into {folder}", flush=True)
+    return cls_task("listops", "cls", folder, len(LISTOPS_VOCAB), block_size, 10, 0, {s: s for s in tsvs})
 
 
 if __name__ == "__main__":                                   # python -m tasks.listops: prepare its files alone
-    prepare_main("listops")
+    prepare_main("listops", help={"tsv": "also write the splits into the cache folder as LRA's basic_train.tsv, "
+                                          "basic_val.tsv and basic_test.tsv (its release format, for LRA's own code)"})

@@ -8,7 +8,8 @@ import math
 import numpy as np
 
 from data import ClassificationSplit
-from tasks.listops import LISTOPS_END, LISTOPS_FIRST_OP, LISTOPS_FNS, listops_tokens
+from tasks.listops import LISTOPS_FNS
+from tasks.listops_format import LISTOPS_END, LISTOPS_FIRST_OP, listops_tokens
 
 
 def listops_examples(source):

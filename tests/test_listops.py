@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import data
-from tasks import listops, listops_rules
+from tasks import listops, listops_format, listops_rules
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OPS = {"[MIN": min, "[MAX": max, "[MED": lambda a: int(np.median(a)), "[SM": lambda a: sum(a) % 10}
@@ -248,7 +248,7 @@ def test_the_length_window_is_exclusive_and_both_ends_are_reached():
 
 def test_generation_merges_chunks_in_order_whatever_the_processes(monkeypatch):
     kw = dict(seed=3, min_len=20, max_len=200, chunk=10, progress=False)
-    serial = listops.generate_listops(35, processes=1, **kw)
+    serial = list(listops.generate_listops(35, processes=1, **kw))
     fork = multiprocessing.get_context("fork")               # the pool's workers forked, not spawned: the same
     pools = []                                               # work without ~10 s of imports
 
@@ -257,18 +257,18 @@ def test_generation_merges_chunks_in_order_whatever_the_processes(monkeypatch):
             pools.append(k)
             return fork.Pool(k)
     monkeypatch.setattr(multiprocessing, "get_context", lambda method: (pools.append(method), Context())[1])
-    assert listops.generate_listops(35, processes=2, **kw) == serial
+    assert list(listops.generate_listops(35, processes=2, **kw)) == serial
     assert pools == ["spawn", 2]                             # 2 workers (35 // 10 + 2 = 5 chunks a round)
-    listops.generate_listops(10, processes=2, **kw)             # one chunk is enough: no pool
+    list(listops.generate_listops(10, processes=2, **kw))       # one chunk is enough: no pool
     assert pools == ["spawn", 2]
-    listops.generate_listops(15, processes=8, **kw)             # no more workers than chunks a round (15 // 10 + 2)
+    list(listops.generate_listops(15, processes=8, **kw))       # no more workers than chunks a round (15 // 10 + 2)
     assert pools == ["spawn", 2, "spawn", 3]
     reference = {}
     for i in range(5):                                       # chunk i is drawn from seed (3, i)
         for s, v in listops.listops_chunk(((3, i), 10, 20, 200)):
             reference.setdefault(s, v)
     assert serial == list(reference.items())[:35] and len(serial) == 35
-    assert listops.generate_listops(35, processes=1, **{**kw, "seed": 4}) != serial
+    assert list(listops.generate_listops(35, processes=1, **{**kw, "seed": 4})) != serial
 
 
 def test_generation_shows_its_progress_over_chunks(monkeypatch):
@@ -288,8 +288,8 @@ def test_generation_shows_its_progress_over_chunks(monkeypatch):
         def update(self, k):
             bars[-1]["n"] += k
     monkeypatch.setattr(tqdm, "tqdm", Bar)
-    listops.generate_listops(35, seed=3, min_len=20, max_len=200, chunk=10, processes=1)
-    listops.generate_listops(30, seed=3, min_len=20, max_len=200, chunk=10, processes=1, progress=False)
+    list(listops.generate_listops(35, seed=3, min_len=20, max_len=200, chunk=10, processes=1))
+    list(listops.generate_listops(30, seed=3, min_len=20, max_len=200, chunk=10, processes=1, progress=False))
     assert bars == [{"total": 4, "disable": False, "n": 4}, {"total": 3, "disable": True, "n": 3}]   # ceil(n / chunk)
 
 
@@ -303,7 +303,8 @@ def test_a_chunk_gives_up_after_a_run_of_draws_without_a_new_tree(monkeypatch):
 
 def test_a_setting_with_too_few_trees_fails_instead_of_looping():
     with pytest.raises(data.DataError, match=r"only (399|400) distinct trees found, fewer than the 500"):  # [OP a b]
-        listops.generate_listops(500, min_len=3, max_len=5, chunk=50, depth=2, args=(2, 2), processes=1, progress=False)
+        list(listops.generate_listops(500, min_len=3, max_len=5, chunk=50, depth=2, args=(2, 2), processes=1,
+                                      progress=False))
 
 
 # ----- the task: its options, splits and caches
@@ -376,33 +377,84 @@ def test_a_small_setting_is_generated_into_its_own_folder(tmp_path, capsys):
     kw = dict(listops_depth=3, listops_args="2,4", listops_len="5,30", listops_sizes="60,7,9")
     task = data.load_task("listops", cache_dir=str(tmp_path), **kw)
     folder = tmp_path / "listops-depth3-args2-4-len5-30-n60-7-9"
-    assert sorted(os.listdir(folder)) == ["basic_test.tsv", "basic_train.tsv", "basic_val.tsv"]
+    assert sorted(os.listdir(folder)) == sorted(f"{s}.{a}.npy" for s in ("train", "val", "test")
+                                                for a in ("tokens", "lengths", "labels"))   # arrays only: one copy
     assert "depth 3, 2-4 arguments, 5 < length < 30, 60/7/9 trees" in capsys.readouterr().out
     assert task.block_size == 30 and task.vocab_size == 16 and task.n_classes == 10
-    rows = {s: [line.split("\t") for line in (folder / f"basic_{s}.tsv").read_text().splitlines()[1:]]
-            for s in ("train", "val", "test")}
+    rows = {s: list(listops_format.listops_rows(task.split(s))) for s in ("train", "val", "test")}
     assert [len(r) for r in rows.values()] == [60, 7, 9]
     texts = [text for r in rows.values() for text, _ in r]
     assert len(set(texts)) == 76                             # the splits are disjoint
-    assert [(t, int(v)) for r in rows.values() for t, v in r] == listops.generate_listops(
-        76, seed=0, min_len=5, max_len=30, depth=3, args=(2, 4), processes=1, progress=False)
+    generated = list(listops.generate_listops(76, seed=0, min_len=5, max_len=30, depth=3, args=(2, 4), processes=1,
+                                              progress=False))
+    assert [(t, int(v)) for r in rows.values() for t, v in r] == generated
+    start = 0
     for s, r in rows.items():
         split = task.split(s)
         assert split.labels.tolist() == [int(v) for _, v in r]
         assert all(value_of(parse_lra(t)) == int(v) and 5 < length_of(parse_lra(t)) < 30 for t, v in r)
+        assert isinstance(split.tokens, np.memmap) and split.tokens.dtype == np.uint8
+        for i, (text, _) in enumerate(generated[start:start + len(r)]):   # the tokens, padded with 0
+            ids = listops.listops_tokens(text)
+            assert split.lengths[i] == len(ids) and (split.tokens[i, :len(ids)] == ids).all()
+            assert not split.tokens[i, len(ids):].any()
+        start += len(r)
     # a second load reuses the files; the LRA default keeps data/listops
     again = data.load_task("listops", cache_dir=str(tmp_path), **kw)
-    assert "generating" not in capsys.readouterr().out and again.split("val").labels.tolist() == [int(v) for _, v in rows["val"]]
-    lra = tmp_path / "listops"
+    assert "generating" not in capsys.readouterr().out
+    assert again.split("val").labels.tolist() == [int(v) for _, v in rows["val"]]
+    lra = tmp_path / "listops"                               # a cache of an older version: its TSVs are read
     lra.mkdir()
     for s in ("train", "val", "test"):
         listops.write_listops_tsv(lra / f"basic_{s}.tsv", [("( ( ( [MAX 2 ) 9 ) ] )", 9)])
     task = data.load_task("listops", cache_dir=str(tmp_path))
     assert task.block_size == 2000 and task.split("test").labels.tolist() == [9]
-    # a folder left half-written (a run killed while generating): made again, in the folder that is there
-    (folder / "basic_test.tsv").unlink()
+    # an older version's folder left half-written (a run killed while generating): made again
+    old = tmp_path / "listops-depth3-args2-4-len5-30-n60-7-8"
+    old.mkdir()
+    listops.write_listops_tsv(old / "basic_train.tsv", generated[:60])
+    task = data.load_task("listops", cache_dir=str(tmp_path), **{**kw, "listops_sizes": "60,7,8"})
+    assert "generating" in capsys.readouterr().out and "basic_train.tsv" not in os.listdir(old)
+    assert task.split("test").labels.tolist() == [v for _, v in generated[67:75]]
+    # a build killed part-way leaves only its temporary folder, which the next load removes
+    os.rename(folder, tmp_path / "listops-depth3-args2-4-len5-30-n60-7-9.tmp999999999")
     data.load_task("listops", cache_dir=str(tmp_path), **kw)
-    assert "generating" in capsys.readouterr().out and (folder / "basic_test.tsv").read_text().count("\n") == 10
+    assert "generating" in capsys.readouterr().out and not any(".tmp" in f for f in os.listdir(tmp_path))
+
+
+def test_tsv_writes_the_release_format_from_the_arrays(tmp_path):
+    """--tsv: LRA's three TSV files in the cache folder, the same bytes as writing the generated strings; the arrays
+    are still what is read. With --data_dir it is an error."""
+    kw = dict(listops_depth=3, listops_args="2,4", listops_len="5,30", listops_sizes="60,7,9")
+    task = data.load_task("listops", cache_dir=str(tmp_path), tsv=True, **kw)
+    folder = tmp_path / "listops-depth3-args2-4-len5-30-n60-7-9"
+    generated = list(listops.generate_listops(76, seed=0, min_len=5, max_len=30, depth=3, args=(2, 4), processes=1,
+                                              progress=False))
+    listops.write_listops_tsv(tmp_path / "reference.tsv", generated[60:67])
+    assert (folder / "basic_val.tsv").read_bytes() == (tmp_path / "reference.tsv").read_bytes()
+    assert [len(listops_format.read_listops_tsv(folder / f"basic_{s}.tsv")) for s in ("train", "val", "test")] == \
+        [60, 7, 9]
+    assert isinstance(task.split("train").tokens, np.memmap)  # the arrays, not the TSVs
+    with pytest.raises(data.DataError, match="--tsv writes the generated trees"):
+        data.load_task("listops", cache_dir=str(tmp_path), data_dir=str(folder), tsv=True)
+
+
+def test_tokens_give_back_the_lra_string(examples):
+    for text, _ in examples:
+        assert listops_format.listops_string(listops.listops_tokens(text)) == text
+    assert listops_format.listops_string([8]) == "7"
+    assert listops_format.listops_string([14, 2, 11, 1, 8, 15, 15]) == "( ( ( [SM 1 ) ( ( ( [MIN 0 ) 7 ) ] ) ) ] )"
+
+
+def test_generation_keeps_digests_not_strings():
+    """generate_listops yields its trees one at a time (nothing is held for the caller) and remembers each by a
+    16-byte digest: a generator frame whose `seen` holds bytes of 16."""
+    gen = listops.generate_listops(30, seed=3, min_len=20, max_len=200, chunk=10, processes=1, progress=False)
+    first = next(gen)
+    seen = gen.gi_frame.f_locals["seen"]
+    assert len(seen) == 1 and all(isinstance(d, bytes) and len(d) == 16 for d in seen)
+    assert [first, *gen] == list(listops.generate_listops(30, seed=3, min_len=20, max_len=200, chunk=10, processes=1,
+                                                          progress=False))
 
 
 def test_python_m_tasks_listops_prepares_the_files_alone(tmp_path):
@@ -417,8 +469,13 @@ def test_python_m_tasks_listops_prepares_the_files_alone(tmp_path):
     assert r.stdout.splitlines()[-1] == f"listops: train 60, val 7, test 9 examples, in {folder}"
     task = data.load_task("listops", cache_dir=str(tmp_path), listops_depth=3, listops_args="2,4",
                           listops_len="5,30", listops_sizes="60,7,9")
-    assert task.split("train").labels.tolist() == [v for _, v in listops.generate_listops(
-        76, seed=0, min_len=5, max_len=30, depth=3, args=(2, 4), processes=1, progress=False)[:60]]
+    assert task.split("train").labels.tolist() == [v for _, v in list(listops.generate_listops(
+        76, seed=0, min_len=5, max_len=30, depth=3, args=(2, 4), processes=1, progress=False))[:60]]
+    r = run("--listops_depth", "3", "--listops_args", "2,4", "--listops_len", "5,30", "--listops_sizes", "60,7,9",
+            "--tsv")
+    assert r.returncode == 0 and f"wrote basic_train.tsv, basic_val.tsv, basic_test.tsv into {folder}" in r.stdout
+    assert sorted(f for f in os.listdir(folder) if f.endswith(".tsv")) == ["basic_test.tsv", "basic_train.tsv",
+                                                                           "basic_val.tsv"]
     r = run("--listops_depth", "1")
     assert r.returncode == 2 and r.stderr.startswith("error: listops: --listops_depth 1 must be")
     assert "Traceback" not in r.stderr and r.stderr.count("\n") == 1
@@ -433,16 +490,16 @@ def test_split_sizes_of_the_lra_setting():
 def test_the_binary_cache_is_used_and_follows_the_tsv(tmp_path, examples, monkeypatch):
     tsv = tmp_path / "basic_test.tsv"
     listops.write_listops_tsv(tsv, examples[:20])
-    assert os.path.getsize(tsv) < listops.LISTOPS_NPY_MIN_BYTES
+    assert os.path.getsize(tsv) < listops_format.LISTOPS_NPY_MIN_BYTES
     listops.listops_split(str(tsv), str(tmp_path / "cache"))
     assert not (tmp_path / "cache").exists()                # a small file: parsed, not cached
-    monkeypatch.setattr(listops, "LISTOPS_NPY_MIN_BYTES", os.path.getsize(tsv))
+    monkeypatch.setattr(listops_format, "LISTOPS_NPY_MIN_BYTES", os.path.getsize(tsv))
     listops.write_listops_tsv(tsv, examples[:20])
     cache = tmp_path / "cache"
     first = listops.listops_split(str(tsv), str(cache), block_size=700)
     (folder,) = os.listdir(cache / "listops-npy")
     assert sorted(os.listdir(cache / "listops-npy" / folder)) == ["labels.npy", "lengths.npy", "tokens.npy"]
-    reference = listops.read_listops_tsv(tsv, block_size=700)
+    reference = listops_format.read_listops_tsv(tsv, block_size=700)
     for split in (first, listops.listops_split(str(tsv), str(cache), block_size=700)):
         assert isinstance(split.tokens, np.ndarray) and split.tokens.shape == reference.tokens.shape
         assert (np.asarray(split.tokens) == reference.tokens).all() and (split.lengths == reference.lengths).all()
@@ -463,14 +520,14 @@ def test_tsv_round_trip(tmp_path, examples):
     path = tmp_path / "basic_test.tsv"
     listops.write_listops_tsv(path, examples)
     assert path.read_text().startswith("Source\tTarget\n") and path.read_text().count("\n") == len(examples) + 1
-    split = listops.read_listops_tsv(path, block_size=2000)
+    split = listops_format.read_listops_tsv(path, block_size=2000)
     assert len(split) == len(examples)
     for i, (text, value) in enumerate(examples):
         ids = listops.listops_tokens(text)
         assert split.labels[i] == value
         assert split.lengths[i] == len(ids)
         assert (split.tokens[i, :len(ids)] == ids).all() and (split.tokens[i, len(ids):] == 0).all()
-    short = listops.read_listops_tsv(path, block_size=600)      # cut to block_size
+    short = listops_format.read_listops_tsv(path, block_size=600)      # cut to block_size
     assert short.tokens.shape[1] == 600 and (short.tokens == split.tokens[:, :600]).all()
     assert (short.lengths == np.minimum(split.lengths, 600)).all()
 
@@ -507,25 +564,25 @@ def test_a_malformed_line_names_file_and_line(tmp_path, line, reason):
     path = tmp_path / "basic_val.tsv"
     path.write_text(f"Source\tTarget\n{VALID}\n" + line + "\n")
     with pytest.raises(data.DataError, match=rf"basic_val.tsv, line 3: malformed ListOps row .*{reason}.*; fix"):
-        listops.read_listops_tsv(path, block_size=2000)
+        listops_format.read_listops_tsv(path, block_size=2000)
 
 
 def test_unreadable_files_name_the_file_and_what_to_do(tmp_path):
     path = tmp_path / "basic_train.tsv"
     path.write_bytes(f"Source\tTarget\n{VALID}\n{VALID}\n".encode() + b"( ( ( [MIN 3 ) 4 \xff ] )\t3\n")
     with pytest.raises(data.DataError, match=r"basic_train.tsv, line 4: .*byte 0xff at column 18 is not UTF-8"):
-        listops.read_listops_tsv(path)
+        listops_format.read_listops_tsv(path)
     for text, message in (("", "is empty"), ("Source\tTarget\n", "has no examples"), ("Source\tTarget\n\n \n", "has no")):
         path.write_text(text)
         with pytest.raises(data.DataError, match=f"basic_train.tsv {message}.*'Source<TAB>Target'"):
-            listops.read_listops_tsv(path, fix="what to do")
+            listops_format.read_listops_tsv(path, fix="what to do")
     path.unlink()
     path.mkdir()
     with pytest.raises(data.DataError, match="basic_train.tsv is a folder where the ListOps file should be; do this"):
-        listops.read_listops_tsv(path, fix="do this")
+        listops_format.read_listops_tsv(path, fix="do this")
     path.rmdir()
     path.write_text(f"{VALID}\n\n( ( ( [SM 3 ) 9 ) ] )\t2\r\n7\t7\n")  # no header, a blank line, CRLF, a digit
-    split = listops.read_listops_tsv(path)
+    split = listops_format.read_listops_tsv(path)
     assert split.labels.tolist() == [3, 2, 7] and split.lengths.tolist() == [4, 4, 1]
     assert split.tokens.tolist() == [[11, 4, 5, 15], [14, 4, 10, 15], [8, 0, 0, 0]]
 
@@ -654,16 +711,18 @@ def test_the_heldout_generator_agrees_and_excludes_the_task_splits(tmp_path, cap
     assert "reference rules" in capsys.readouterr().out
     rows = [line.split("\t") for line in (tmp_path / "held" / "basic_test.tsv").read_text().splitlines()]
     assert rows[0] == ["Source", "Target"] and len(rows) == 401
-    task_trees = {line.split("\t")[0] for s in ("train", "val", "test") for line in
-                  (tmp_path / "listops-depth3-args2-3-len5-12-n300-10-10" / f"basic_{s}.tsv").read_text().splitlines()}
+    generated = data.load_task("listops", cache_dir=str(tmp_path), listops_depth=3, listops_args="2,3",
+                               listops_len="5,12", listops_sizes="300,10,10")
+    task_trees = {text for s in ("train", "val", "test") for text, _ in listops_format.listops_rows(generated.split(s))}
+    assert len(task_trees) == 320
     trees = [parse_lra(text) for text, _ in rows[1:]]
     assert not task_trees & {text for text, _ in rows[1:]} and len({text for text, _ in rows[1:]}) == 400
     assert all(value_of(t) == int(v) and 5 < length_of(t) < 12 for t, (_, v) in zip(trees, rows[1:]))
     assert max(d for t in trees for d, _ in walk(t)) == 3
     assert {len(n[1]) for t in trees for _, n in walk(t) if not isinstance(n, int)} == {2, 3}
     # the two generators draw the same distribution: lengths (6..11) and labels within sampling noise
-    ours = listops.generate_listops(2000, seed=9, min_len=5, max_len=12, depth=3, args=(2, 3), processes=1,
-                                 progress=False)
+    ours = list(listops.generate_listops(2000, seed=9, min_len=5, max_len=12, depth=3, args=(2, 3), processes=1,
+                                         progress=False))
     theirs = [(text, int(v)) for text, v in rows[1:]]
     for pick in (lambda s, v: length_of(parse_lra(s)), lambda s, v: v):
         a = np.bincount([pick(*e) for e in ours], minlength=12) / len(ours)
