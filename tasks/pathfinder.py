@@ -303,11 +303,16 @@ def read_pathfinder_metadata(path):
             if rows.size and rows.ndim != 2:
                 raise ValueError(f"a {rows.ndim}-D array, not rows of fields")
             return [[str(v) for v in row] for row in rows]
-        return [line.split() for line in raw.decode("utf-8").splitlines() if line.strip()]
+        lines = raw.decode("utf-8").splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):              # LRA's reader drops what follows the last line break
+        raise DataError(f"{path}, line {len(lines)}: the file ends in the middle of this line (cut short): extract "
+                        "the release again")
+    return [line.split() for line in lines if line.strip()]
 
 
 def pathfinder_images(folder):
-    """The release's metadata files and the (PNG path, label) of every image they list, in LRA's order."""
+    """The release's metadata files and, for every image they list in LRA's order, (PNG path, label, where it is
+    listed: "metadata/K.npy, row R")."""
     metas = sorted(glob.glob(os.path.join(glob.escape(folder), "metadata", "*.npy")),
                    key=lambda p: (len(os.path.basename(p)), os.path.basename(p)))
     if not metas:
@@ -321,7 +326,8 @@ def pathfinder_images(folder):
                 label = float(fields[3])
                 if label not in (0, 1):
                     raise ValueError
-                images.append((os.path.join(folder, fields[0], fields[1]), int(label)))
+                listed = f"{os.path.join('metadata', os.path.basename(meta))}, row {i}"
+                images.append((os.path.join(folder, fields[0], fields[1]), int(label), listed))
             except (IndexError, ValueError):
                 raise DataError(f"{meta}, row {i}: expected 'imgs/<k> sample_<n>.png <n> <label 0 or 1> ...', "
                                 f"found {one_line(' '.join(fields), 80)!r}") from None
@@ -331,24 +337,23 @@ def pathfinder_images(folder):
 
 
 def read_pathfinder_release(images, out):
-    """The release's images -> cached splits 80/10/10 (a fixed shuffle, as S4 does). Empty files are skipped
-    (S4 skips curv_baseline/imgs/0/sample_172.png: empty); anything else unreadable is an error."""
+    """The release's images -> cached splits 80/10/10 (a fixed shuffle, as S4 does). Every image listed must be
+    a 32x32 PNG that decodes: an empty or damaged file is an error that names it and where it is listed (S4
+    skips the empty curv_baseline/imgs/0/sample_172.png; training on what is left would hide a damaged copy)."""
     from PIL import Image
     pixels = np.zeros((len(images), 1024), np.uint8)
     labels = np.zeros(len(images), np.uint8)
-    n = 0
-    for path, label in images:
+    for n, (path, label, listed) in enumerate(images):
+        fix = f" (listed in {listed}): extract the release again, or delete that row"
         if os.path.getsize(path) == 0:
-            continue
-        with reading(path, "is not a readable PNG image"), Image.open(path) as im:
+            raise DataError(f"{path}: an empty file, not a PNG image{fix}")
+        with reading(path, "is not a readable PNG image", fix), Image.open(path) as im:
             if im.size != (32, 32):
-                raise DataError(f"{path}: a {im.size[0]}x{im.size[1]} image; Pathfinder32's are 32x32")
+                raise DataError(f"{path}: a {im.size[0]}x{im.size[1]} image; Pathfinder32's are 32x32{fix}")
             pixels[n], labels[n] = np.asarray(im.convert("L")).reshape(-1), label
-        n += 1
-    if n < len(images):
-        print(f"pathfinder: skipped {len(images) - n} empty image files", flush=True)
+    n = len(images)
     if n < 10:
-        raise DataError(f"pathfinder: {n} readable images listed, too few for train, val and test (80/10/10)")
+        raise DataError(f"pathfinder: {n} images listed, too few for train, val and test (80/10/10)")
     order = np.random.default_rng(0).permutation(n)
     cut = [0, int(0.8 * n), int(0.9 * n), n]
     for split, lo, hi in zip(("train", "val", "test"), cut, cut[1:]):
@@ -364,7 +369,7 @@ def pathfinder(cache_dir="data", data_dir=None, block_size=1024, **_):
                             [hard, f"pathfinder32/{hard}", f"lra_release/pathfinder32/{hard}",
                              f"lra_release/lra_release/pathfinder32/{hard}"])
         metas, images = pathfinder_images(folder)
-        key = source_key([*metas, *(p for p, _ in images)], " (listed in the release's metadata)")
+        key = source_key([*metas, *(p for p, *_ in images)], " (listed in the release's metadata)")
         out = cached_dir(os.path.join(cache_dir, "pathfinder", key), lambda tmp: read_pathfinder_release(images, tmp),
                          f"pathfinder: reading LRA's release in {folder}")
         return cls_task("pathfinder", "cls", out, 257, block_size, 2, 1, {s: s for s in ("train", "val", "test")})

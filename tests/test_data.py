@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import config
 import data
 import tasks
 from tasks import image, lm, pathfinder, sources
@@ -73,7 +74,7 @@ def assert_one_line_error(excinfo, *parts):
 def test_all_tasks_are_known_to_train_py():
     assert set(TEN) | {"textfile"} == set(data.TASKS)
     for name in TEN:
-        args, given, _ = train.parse_args(["--task", name])
+        args, given, _ = config.parse_args(["--task", name])
         assert args.task == name
 
 
@@ -249,8 +250,8 @@ def test_generated_pathfinder_trains(small_pathfinder, tmp_path):
 # Pathfinder: LRA's release folder
 
 def write_pathfinder_release(root, n=30):
-    """pathfinder32/curv_contour_length_14/ with metadata in both formats and one empty image. Pixel [0, 0]
-    of image i is i, so a loaded example can be traced back to its file."""
+    """pathfinder32/curv_contour_length_14/ with metadata in both formats (text: images 0-19, .npy: the rest).
+    Pixel [0, 0] of image i is i, so a loaded example can be traced back to its file."""
     from PIL import Image
     folder = root / "pathfinder32" / "curv_contour_length_14"
     rows = []
@@ -261,7 +262,6 @@ def write_pathfinder_release(root, n=30):
         pixels[0, 0] = i
         Image.fromarray(pixels).save(folder / sub / f"sample_{i}.png")
         rows.append([sub, f"sample_{i}.png", str(i), str(i % 2), "1.0", "14", "4", "2", "0.5", "1", "1"])
-    (folder / "imgs/0/sample_7.png").write_bytes(b"")                    # empty, as S4 found: skipped
     (folder / "metadata").mkdir()
     (folder / "metadata" / "0.npy").write_text("".join(" ".join(r) + "\n" for r in rows[:20]))
     np.save(folder / "metadata" / "1.npy", np.array(rows[20:]))            # a real .npy of strings
@@ -275,7 +275,7 @@ def test_pathfinder_release(tmp_path):
         task = data.load_task("pathfinder", cache_dir=tmp_path / "cache", data_dir=str(given))
         splits = [batch_of(task.split(s)) for s in ("train", "val", "test")]
         sizes.append([len(y) for _, y in splits])
-    assert sizes == [[23, 3, 3]] * 3                                       # 29 readable, 80/10/10
+    assert sizes == [[24, 3, 3]] * 3                                       # 30 images, 80/10/10
     seen = []
     for x, y in splits:
         for row, label in zip(x.numpy(), y.tolist()):
@@ -283,8 +283,31 @@ def test_pathfinder_release(tmp_path):
             expected = np.asarray(__import__("PIL.Image").Image.open(folder / f"imgs/{i // 10}/sample_{i}.png"))
             assert (row == expected.reshape(-1).astype(np.int64) + 1).all() and label == i % 2
             seen.append(i)
-    assert sorted(seen) == [i for i in range(30) if i != 7]
+    assert sorted(seen) == list(range(30))
     assert len(os.listdir(tmp_path / "cache" / "pathfinder")) == 1         # one cache for the three layouts
+
+
+def test_pathfinder_release_damage_is_one_line_before_training(tmp_path):
+    """An empty PNG, a PNG that does not decode, a metadata file cut in the middle of a line: each a one-line
+    DataError naming the file (and the line, or the row that lists the image) and what to do; nothing cached."""
+    import shutil
+    good = write_pathfinder_release(tmp_path / "good")
+    png = (good / "imgs/0/sample_7.png").read_bytes()
+    meta = (good / "metadata/0.npy").read_text()
+    damage = [("imgs/0/sample_7.png", b"", ["sample_7.png: an empty file", "0.npy, row 8", "extract the release again"]),
+              ("imgs/0/sample_7.png", png[:len(png) // 2],
+               ["sample_7.png: is not a readable PNG image", "0.npy, row 8", "extract the release again"]),
+              ("imgs/0/sample_7.png", b"GIF89a, not a PNG", ["sample_7.png: is not a readable PNG image", "row 8"]),
+              ("metadata/0.npy", meta[:meta.index("sample_12.png") + 6].encode(),
+               ["0.npy, line 13: the file ends in the middle of this line", "extract the release again"])]
+    for k, (name, content, parts) in enumerate(damage):
+        root, cache = tmp_path / f"bad{k}", tmp_path / f"cache{k}"
+        shutil.copytree(tmp_path / "good", root)
+        (root / "pathfinder32/curv_contour_length_14" / name).write_bytes(content)
+        with pytest.raises(data.DataError) as e:
+            data.load_task("pathfinder", cache_dir=cache, data_dir=str(root)).open()
+        assert_one_line_error(e, *parts)
+        assert not (cache / "pathfinder").exists() or os.listdir(cache / "pathfinder") == []
 
 
 # ----------------------------------------------------------------------------------------------
