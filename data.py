@@ -521,23 +521,38 @@ def check_labels(labels, n_classes, source):
     return y.astype(np.uint8)
 
 
+# Releases without a validation split of their own (IMDb for text and imdb, AG News): val is held out of train
+VAL_FRACTION, VAL_SEED = 0.05, 1729
+
+
+def hold_out_val(splits, source):
+    """{"train": (texts, labels), "test": ...} -> the same with "val": a fixed random 5% of the training examples
+    (at least one; one draw, whatever --seed, so every run is validated on the same examples), taken out of
+    train. Both keep the release's order; test stays the test split."""
+    texts, labels = splits["train"]
+    n = len(labels)
+    if n < 2:
+        raise DataError(f"{source}: {n} training example(s), too few to hold out a validation split")
+    val = np.zeros(n, bool)
+    val[np.random.default_rng(VAL_SEED).permutation(n)[:max(1, round(VAL_FRACTION * n))]] = True
+
+    def pick(take):
+        return [t for t, v in zip(texts, val) if v == take], [y for y, v in zip(labels, val) if v == take]
+    return {**splits, "train": pick(False), "val": pick(True)}
+
+
 def save_arrays(folder, split, **arrays):
     for name, a in arrays.items():
         np.save(os.path.join(folder, f"{split}.{name}.npy"), a)
 
 
 def cls_task(name, kind, folder, vocab_size, block_size, n_classes, offset, splits):
-    """A classification Task over a cached folder; splits maps split name -> stored split name. Splits stored
-    once are loaded once: where val is the test split, task.split("val") is task.split("test")."""
-    loaded = {}
-
+    """A classification Task over a cached folder; splits maps split name -> stored split name."""
     def load(stored):                                        # tokens memory-mapped, cut to block_size
-        if stored not in loaded:
-            with reading(os.path.join(folder, f"{stored}.*.npy"), "is damaged", f"; delete {folder} to rebuild it"):
-                tokens, labels, lengths = (np.load(os.path.join(folder, f"{stored}.{a}.npy"), mmap_mode=mode)
-                                           for a, mode in (("tokens", "r"), ("labels", None), ("lengths", None)))
-            loaded[stored] = ClassificationSplit(tokens, labels, lengths, offset).truncate(block_size)
-        return loaded[stored]
+        with reading(os.path.join(folder, f"{stored}.*.npy"), "is damaged", f"; delete {folder} to rebuild it"):
+            tokens, labels, lengths = (np.load(os.path.join(folder, f"{stored}.{a}.npy"), mmap_mode=mode)
+                                       for a, mode in (("tokens", "r"), ("labels", None), ("lengths", None)))
+        return ClassificationSplit(tokens, labels, lengths, offset).truncate(block_size)
 
     return Task(name, kind, vocab_size, block_size, n_classes, {s: (lambda f=f: load(f)) for s, f in splits.items()},
                 sources={s: os.path.join(folder, f"{f}.*.npy") for s, f in splits.items()})

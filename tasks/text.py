@@ -2,11 +2,12 @@
 IMDb reviews (Maas et al. 2011): 25,000 train, 25,000 test, label 1 = positive. Two tasks read them:
   text: LRA's byte-level task, the first 4,000 bytes of UTF-8, bytes + 1 (vocabulary 257).
   imdb: short-text classification with BPE (--tokenizer, gpt2 by default), the first 512 tokens, id + 1.
-Neither release has a validation split: val is the test split, as in LRA (train.py only reports it).
 AG News (Zhang et al. 2015): 120,000 train, 7,600 test news, 4 classes (World, Sports, Business,
 Sci/Tech). The text is title + " " + description, as Hugging Face's ag_news; BPE, first 512 tokens.
 A folder with test.csv only (e.g. the copy some mirrors ship) trains on its first 6,000 rows (or 80%,
-if it has fewer than 7,500) and tests on the rest; val is the test split.
+if it has fewer than 7,500) and tests on the rest.
+Neither release has a validation split: val is a fixed 5% of the training examples, held out of train
+(data.hold_out_val: IMDb 1,250 of 25,000, AG News 6,000 of 120,000); test is the release's test split.
 """
 
 import csv
@@ -16,8 +17,8 @@ import os
 import numpy as np
 
 import bert
-from data import (DataError, cached_dir, check_labels, cls_task, id_dtype, load_json, one_line, reading, read_text,
-                  release, save_arrays, save_json, source_key, task)
+from data import (DataError, cached_dir, check_labels, cls_task, hold_out_val, id_dtype, load_json, one_line, reading,
+                  read_text, release, save_arrays, save_json, source_key, task)
 from tasks.sources import encode_batch, get_tokenizer, hf_columns, hf_split, load_hf
 
 
@@ -72,17 +73,26 @@ def read_aclimdb(files):
     return out
 
 
+SPLITS = {"train": "train", "val": "val", "test": "test"}
+
+
+def with_val(key, read, task_name):
+    """A source (cache key, read() -> {"train": ..., "test": ...}) whose val is held out of train: its caches get
+    the new name KEY-val5 (older ones, whose val was the test split, are not reused)."""
+    return f"{key}-val5", lambda: hold_out_val(read(), f"{task_name}: the training split")
+
+
 def imdb_source(task_name, data_dir):
-    """(cache key, function returning {"train": (texts, labels), "test": (texts, labels)})."""
+    """(cache key, function returning {"train": (texts, labels), "val": ..., "test": ...})."""
     if data_dir is None:
         def read():
             dd = load_hf(task_name, IMDB_LAYOUT, "stanfordnlp/imdb")
             return {s: hf_columns(hf_split(dd, [s], task_name), ["text", "label"]) for s in ("train", "test")}
-        return "hf", read
+        return with_val("hf", read, task_name)
     parts = [(s, label, f"{s}/{c}/") for s in ("train", "test") for label, c in ((0, "neg"), (1, "pos"))]
     _, dirs = release(task_name, data_dir, f"use {IMDB_LAYOUT}", [d for *_, d in parts], ["aclImdb"])
     files = {(s, label): review_files(task_name, dirs[d]) for s, label, d in parts}
-    return source_key([p for paths in files.values() for p in paths]), lambda: read_aclimdb(files)
+    return with_val(source_key([p for paths in files.values() for p in paths]), lambda: read_aclimdb(files), task_name)
 
 
 @task("text")
@@ -97,7 +107,7 @@ def text(cache_dir="data", data_dir=None, block_size=4000, **_):
                         lengths=lengths)
 
     folder = cached_dir(os.path.join(cache_dir, "text", f"{key}-L{length}"), build, "text: IMDb as bytes")
-    return cls_task("text", "cls", folder, 257, block_size, 2, 1, {"train": "train", "val": "test", "test": "test"})
+    return cls_task("text", "cls", folder, 257, block_size, 2, 1, SPLITS)
 
 
 def bpe_cls_task(name, cache_dir, key, read, tokenizer, block_size, default_length, n_classes, splits):
@@ -129,8 +139,7 @@ def bpe_cls_task(name, cache_dir, key, read, tokenizer, block_size, default_leng
 @task("imdb")
 def imdb(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **_):
     key, read = imdb_source("imdb", data_dir)
-    return bpe_cls_task("imdb", cache_dir, key, read, tokenizer, block_size, 512, 2,
-                        {"train": "train", "val": "test", "test": "test"})
+    return bpe_cls_task("imdb", cache_dir, key, read, tokenizer, block_size, 512, 2, SPLITS)
 
 
 AGNEWS_LAYOUT = ('DIR with the AG News CSV release (ag_news_csv.tgz unpacked): DIR/train.csv and DIR/test.csv, '
@@ -182,8 +191,8 @@ def agnews(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **
                 if n == 0 or n == len(texts):
                     raise DataError(f"{test_csv}: {len(texts)} row(s), too few to split into train and test "
                                     f"(there is no train.csv beside it)")
-                print(f"agnews: {folder} has no train.csv: training on the first {n:,} rows of test.csv, "
-                      f"testing on the other {len(texts) - n:,}", flush=True)
+                print(f"agnews: {folder} has no train.csv: training on the first {n:,} rows of test.csv (val: 5% "
+                      f"of them), testing on the other {len(texts) - n:,}", flush=True)
                 return {"train": (texts[:n], labels[:n]), "test": (texts[n:], labels[n:])}
-    return bpe_cls_task("agnews", cache_dir, key, read, tokenizer, block_size, 512, 4,
-                        {"train": "train", "val": "test", "test": "test"})
+    key, read = with_val(key, read, "agnews")
+    return bpe_cls_task("agnews", cache_dir, key, read, tokenizer, block_size, 512, 4, SPLITS)

@@ -294,7 +294,8 @@ def test_pathfinder_release_damage_is_one_line_before_training(tmp_path):
     good = write_pathfinder_release(tmp_path / "good")
     png = (good / "imgs/0/sample_7.png").read_bytes()
     meta = (good / "metadata/0.npy").read_text()
-    damage = [("imgs/0/sample_7.png", b"", ["sample_7.png: an empty file", "0.npy, row 8", "extract the release again"]),
+    damage = [("imgs/0/sample_7.png", b"",
+               ["sample_7.png: an empty file", "0.npy, row 8", "extract the release again"]),
               ("imgs/0/sample_7.png", png[:len(png) // 2],
                ["sample_7.png: is not a readable PNG image", "0.npy, row 8", "extract the release again"]),
               ("imgs/0/sample_7.png", b"GIF89a, not a PNG", ["sample_7.png: is not a readable PNG image", "row 8"]),
@@ -380,23 +381,58 @@ def imdb_dict():
         "label": [0] * len(REVIEWS[(s, "neg")]) + [1] * len(REVIEWS[(s, "pos")])}) for s in ("train", "test")})
 
 
+def release_order(task):
+    """(x, y) of a task's train and val splits together, back in the release's order (val is held out of train by
+    data.hold_out_val, tested below)."""
+    (xt, yt), (xv, yv) = batch_of(task.split("train")), batch_of(task.split("val"))
+    n = len(yt) + len(yv)
+    parts = data.hold_out_val({"train": (list(range(n)), [0] * n)}, "t")
+    x, y = torch.zeros((n, max(xt.shape[1], xv.shape[1])), dtype=xt.dtype), torch.zeros(n, dtype=yt.dtype)
+    for (idx, _), xs, ys in ((parts["train"], xt, yt), (parts["val"], xv, yv)):
+        x[idx, :xs.shape[1]], y[idx] = xs, ys
+    return x, y
+
+
+def test_val_is_held_out_of_train():
+    """Releases without a validation split: val is a fixed 5% of train (at least one), taken out of it; both keep
+    the release's order, test is untouched, and the draw is the same every time (no --seed in it)."""
+    for n in (2, 3, 20, 101, 25_000, 120_000):
+        texts, labels = [f"doc {i}" for i in range(n)], [i % 3 for i in range(n)]
+        test = (["t"], [1])
+        out = data.hold_out_val({"train": (texts, labels), "test": test}, "x")
+        (tt, tl), (vt, vl) = out["train"], out["val"]
+        assert out["test"] is test and len(vt) == max(1, round(0.05 * n)) and len(tt) + len(vt) == n
+        assert not set(tt) & set(vt) and set(tt) | set(vt) == set(texts)                  # disjoint, drawn from train
+        index = {t: i for i, t in enumerate(texts)}
+        for part in (tt, vt):                                                           # the release's order
+            assert [index[t] for t in part] == sorted(index[t] for t in part)
+        assert tl == [labels[index[t]] for t in tt] and vl == [labels[index[t]] for t in vt]   # labels follow
+        assert data.hold_out_val({"train": (texts, labels)}, "x")["val"] == out["val"]       # deterministic
+    assert (len(out["val"][0]), len(data.hold_out_val({"train": (texts[:25_000], labels[:25_000])}, "x")["val"][0])) \
+        == (6_000, 1_250)                                                               # AG News, IMDb
+    spread = [int(t.split()[1]) for t in out["val"][0]]
+    assert min(spread) < 6_000 and max(spread) > 114_000                                # drawn over the whole split
+    with pytest.raises(data.DataError, match="x: 1 training example"):
+        data.hold_out_val({"train": (["a"], [0])}, "x")
+
+
 def test_text_task_bytes(tmp_path, hf):
     root = write_aclimdb(tmp_path / "d")
     task = data.load_task("text", cache_dir=tmp_path / "c", data_dir=str(root))
     assert (task.kind, task.vocab_size, task.block_size, task.n_classes) == ("cls", 257, 4000, 2)
-    x, y = batch_of(task.split("train"))
+    x, y = release_order(task)
     texts = REVIEWS[("train", "neg")] + REVIEWS[("train", "pos")]
     assert y.tolist() == [0, 0, 1, 1] and x.shape == (4, 4000)
     for row, t in zip(x.numpy(), texts):
         b = t.encode("utf-8")[:4000]
         assert (row[:len(b)] == np.frombuffer(b, np.uint8) + 1).all() and (row[len(b):] == 0).all()
     assert len(texts[1].encode()) > 4000                                   # that one was cut
-    assert task.split("val") is task.split("test")                        # val is the test split (LRA)
+    assert [len(task.split(s)) for s in ("train", "val", "test")] == [3, 1, 3]   # val: held out of train
     again = data.load_task("text", cache_dir=tmp_path / "c", data_dir=str(root / "aclImdb"))
-    assert torch.equal(batch_of(again.split("train"))[0], x)
+    assert torch.equal(release_order(again)[0], x)
     hf.datasets["stanfordnlp/imdb"] = imdb_dict()
     remote = data.load_task("text", cache_dir=tmp_path / "c2", data_dir=None, block_size=100)
-    x2, y2 = batch_of(remote.split("train"))
+    x2, y2 = release_order(remote)
     assert remote.block_size == 100 and torch.equal(x2, x[:, :100]) and torch.equal(y2, y)
 
 
@@ -413,7 +449,7 @@ def test_imdb_task_bpe(tmp_path, hf):
     assert y.tolist() == [0, 1, 1] and hf.calls == [("stanfordnlp/imdb", None)]
     local = data.load_task("imdb", cache_dir=tmp_path, data_dir=str(write_aclimdb(tmp_path / "d")), tokenizer="byte")
     assert torch.equal(batch_of(local.split("test"))[0], x)
-    assert batch_of(local.split("train"))[0].shape == (4, 512)              # the long review, cut to 512
+    assert release_order(local)[0].shape == (4, 512)                        # the long review, cut to 512
 
 
 def test_cache_is_reused_and_leaves_no_temporary_files(tmp_path, monkeypatch):
@@ -445,7 +481,7 @@ def test_agnews_csv(tmp_path, capsys):
     root = write_agnews(tmp_path / "ag", train_rows, [(4, "T", "D"), (1, "A", "B")])
     task = data.load_task("agnews", cache_dir=tmp_path / "c", data_dir=str(root), tokenizer="byte")
     assert (task.kind, task.vocab_size, task.block_size, task.n_classes) == ("cls", 258, 512, 4)
-    x, y = batch_of(task.split("train"))
+    x, y = release_order(task)
     assert y.tolist() == [0, 1, 2, 3] * 3
     first = bytes(v - 1 for v in x[0].tolist() if v).decode()
     assert first == 'Title 0, with comma Desc "0" \\ more'                 # title + " " + description
@@ -453,7 +489,7 @@ def test_agnews_csv(tmp_path, capsys):
     # a folder with test.csv only (the AG News test split alone): first 80% (at most 6,000) train, rest test
     only = write_agnews(tmp_path / "only", None, train_rows)
     task = data.load_task("agnews", cache_dir=tmp_path / "c", data_dir=str(only), tokenizer="byte")
-    assert len(task.split("train")) == 9 and len(task.split("test")) == 3 and len(task.split("val")) == 3
+    assert len(task.split("train")) == 8 and len(task.split("test")) == 3 and len(task.split("val")) == 1
     assert "training on the first 9 rows of test.csv" in capsys.readouterr().out
     bad = write_agnews(tmp_path / "bad", [(1, "a", "b"), (5, "c", "d")], [(1, "a", "b")])
     with pytest.raises(data.DataError) as e:
@@ -467,7 +503,7 @@ def test_agnews_hugging_face(tmp_path, hf):
         "train": datasets.Dataset.from_dict({"text": ["a b", "c"], "label": [3, 0]}),
         "test": datasets.Dataset.from_dict({"text": ["d"], "label": [2]})})
     task = data.load_task("agnews", cache_dir=tmp_path, data_dir=None, tokenizer="byte")
-    x, y = batch_of(task.split("train"))
+    x, y = release_order(task)
     assert x.tolist() == [[ord("a") + 1, ord(" ") + 1, ord("b") + 1], [ord("c") + 1, 0, 0]] and y.tolist() == [3, 0]
 
 
