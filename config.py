@@ -150,7 +150,8 @@ FLAGS = [
     ("out_dir", str, None, "Where to write ckpt.pt, log.jsonl and metrics.json."),
     ("data_dir", str, None, "Read the task from the files in this folder instead of downloading or generating it."),
     ("cache_dir", str, "data", "Where generated and downloaded data are kept."),
-    ("tokenizer", str, "gpt2", "BPE tasks: gpt2 (tiktoken), another tiktoken encoding, or byte."),
+    ("tokenizer", str, "gpt2", "BPE tasks: gpt2 (tiktoken), another tiktoken encoding, or byte; char: textfile "
+                               "and ptb as characters."),
     ("n_train", int, None, "Train on the first n training examples only (language models: tokens)."),
     ("seed", int, 0, "The seed of the data order, the dropout and the initialisation."),
     ("resume", bool, False, "Continue the run in out_dir from its ckpt.pt."),

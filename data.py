@@ -258,6 +258,7 @@ class Task:
     loaders: dict = field(default_factory=dict, repr=False)  # split name -> function that loads it
     missing: dict = field(default_factory=dict, repr=False)  # split name -> why the data has no such split
     sources: dict = field(default_factory=dict, repr=False)  # split name -> the file it is read from (messages)
+    meta: dict = field(default_factory=dict, repr=False)     # a cache's meta.json: e.g. the characters of char ids
     _splits: dict = field(default_factory=dict, repr=False)
 
     def split(self, name):

@@ -9,7 +9,7 @@ encoded and decoded with the checkpoint's own tokenizer, that of its task:
     ptb                       the word vocabulary, rebuilt from the run's ptb.train.txt (its --data_dir, or the
                               copy under its --cache_dir; --data_dir here if the files moved). Words are split on
                               spaces, a line break is <eos>; a word outside the vocabulary is an error (PTB is
-                              lower case, rare words are <unk>, numbers N)
+                              lower case, rare words are <unk>, numbers N); with --tokenizer char its characters
     wikitext103, openwebtext  the run's --tokenizer (gpt2 by default, or byte) by tiktoken
     textfile                  the run's characters (--tokenizer char, from its cache) or its tiktoken encoding
 SimpleTRON and TransJect generate recurrently (a state of fixed size per layer), the softmax GPT and
@@ -17,7 +17,6 @@ DiffEqFormer with a KV cache; a model sees at most its block_size last tokens (s
 """
 
 import argparse
-import glob
 import os
 import sys
 
@@ -135,25 +134,23 @@ def word_vocabulary(run_args, data_dir):
         raise UsageError(f"cannot rebuild the word vocabulary: {e}") from None
 
 
-def char_vocabulary(run_args, data_dir):
-    """textfile's characters, from meta.json of the run's token cache (built again from the text if absent)."""
-    src = data_dir or run_args.get("data_dir")
-    cache_dir = run_args.get("cache_dir") or "data"
-    data.load_task("textfile", cache_dir=cache_dir, data_dir=src, tokenizer="char")   # DataError if no text
-    files = [src] if os.path.isfile(src) else sorted(glob.glob(os.path.join(src, "*.txt")))
-    meta = data.load_json(os.path.join(cache_dir, "textfile", f"{data.source_key(files)}-char", "meta.json"))
-    return Chars(meta["chars"])
+def char_vocabulary(run_args, data_dir, task):
+    """The characters of a --tokenizer char run (textfile, ptb), from meta.json of the run's token cache (built
+    again from the text if absent)."""
+    loaded = data.load_task(task, cache_dir=run_args.get("cache_dir") or "data",
+                            data_dir=data_dir or run_args.get("data_dir"), tokenizer="char")   # DataError if no text
+    return Chars(loaded.meta["chars"])
 
 
 def tokenizer_of(ckpt, data_dir=None):
     """The encoder/decoder of the checkpoint's task, checked against the model's vocabulary."""
     run_args, vocab_size = ckpt.get("args", {}), ckpt["config"]["vocab_size"]
     task, name = run_args.get("task"), run_args.get("tokenizer") or "gpt2"
-    if task == "ptb":
+    if task == "ptb" and name != "char":
         tok = word_vocabulary(run_args, data_dir)
         n = len(tok.itos)
-    elif task == "textfile" and name == "char":
-        tok = char_vocabulary(run_args, data_dir)
+    elif name == "char" and task in ("textfile", "ptb"):
+        tok = char_vocabulary(run_args, data_dir, task)
         n = len(tok.chars) + 1
     elif task in ("wikitext103", "openwebtext", "textfile"):
         tok = Tiktoken(tasks.sources.get_tokenizer(name, task))

@@ -2,7 +2,8 @@
 Language modelling with BPE, as nanoGPT: every split tokenised once into a .bin file of token ids
 (uint16 for gpt2) that is memory-mapped, never loaded. wikitext103 and openwebtext are GPT-2's usual
 data; textfile takes any text for a quick experiment (first 90% train, last 10% val, as nanoGPT).
-Penn Treebank, word level (Mikolov's release: ptb.{train,valid,test}.txt, 10k words with <unk>).
+Penn Treebank, word level (Mikolov's release: ptb.{train,valid,test}.txt, 10k words with <unk>), or with
+--tokenizer char the character-level benchmark of the same files (every character, the line break too).
 Without --data_dir the Hugging Face copy (ptb_text_only, the same sentences) is written out once as
 those three files under cache_dir/ptb/ and read back the same way.
 """
@@ -14,7 +15,7 @@ import os
 import numpy as np
 
 from data import (DataError, LMSplit, Task, atomic_write_text, cached_dir, file_problem, id_dtype, load_json,
-                  read_lines, read_text, reading, release, save_json, source_key, task)
+                  read_lines, read_text, reading, release, remove_stale_temps, save_json, source_key, task)
 from tasks.sources import encode_batch, get_tokenizer, hf_rows, hf_split, load_hf
 
 
@@ -43,9 +44,42 @@ def fetch_ptb(folder):
     return cached_dir(folder, build, "ptb: writing Hugging Face's Penn Treebank as Mikolov's files")
 
 
+def char_ids(text, chars, source):
+    """A text -> the ids of its characters, id i + 1 for chars[i] (sorted; 0 is padding), in the smallest
+    dtype. A character that is not in chars is a DataError that names the source and the line."""
+    codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
+    table = np.frombuffer(chars.encode("utf-32-le"), dtype=np.uint32)
+    ids = np.minimum(np.searchsorted(table, codes), len(table) - 1)
+    unknown = np.flatnonzero(table[ids] != codes)
+    if len(unknown):
+        at = int(unknown[0])
+        raise DataError(f"{source}, line {text.count(chr(10), 0, at) + 1}: character {text[at]!r} is not in the "
+                        "training text (--tokenizer char numbers the characters of the training text)")
+    return (ids + 1).astype(id_dtype(len(chars) + 1))
+
+
+def ptb_chars(files, cache_dir, block_size):
+    """PTB as characters: ids from 1 for the distinct characters of ptb.train.txt (the line break one of them),
+    val and test in those ids; cached as .bin streams under cache_dir/ptb-char/KEY (KEY follows the files)."""
+    folder = os.path.join(cache_dir, "ptb-char", source_key(files.values()))
+
+    def build(out):
+        texts = {s: read_text(p) for s, p in files.items()}
+        chars = "".join(sorted(set(texts["train"])))
+        for s, text in texts.items():
+            char_ids(text, chars, files[s]).tofile(os.path.join(out, f"{s}.bin"))
+        save_json(os.path.join(out, "meta.json"), {"tokenizer": "char", "chars": chars, "vocab_size": len(chars) + 1,
+                                                   "dtype": np.dtype(id_dtype(len(chars) + 1)).name})
+    remove_stale_temps(os.path.dirname(folder))               # what a killed build left
+    cached_dir(folder, build, "ptb: characters")
+    return lm_bin_task("ptb", folder, block_size, list(files), sources=files)
+
+
 @task("ptb")
-def ptb(data_dir=None, cache_dir="data", block_size=35, **_):
+def ptb(data_dir=None, cache_dir="data", block_size=35, tokenizer="gpt2", **_):
     files = ptb_files(fetch_ptb(os.path.join(cache_dir, "ptb")) if data_dir is None else data_dir)
+    if tokenizer == "char":
+        return ptb_chars(files, cache_dir, block_size)
     words = {s: read_words(p) for s, p in files.items()}
     vocab = {w: i for i, w in enumerate(sorted(set(words["train"])), start=1)}  # 0 is padding
     for s, ws in words.items():
@@ -124,7 +158,7 @@ def lm_bin_task(name, folder, block_size, splits, sources=None):
     sources = sources or {s: os.path.join(folder, f"{s}.bin") for s in splits}
     loaders = {s: (lambda s=s: LMSplit(load_bin(os.path.join(folder, f"{s}.bin"), dtype), block_size, sources[s]))
                for s in splits}
-    return Task(name, "lm", vocab_size, block_size, 0, loaders, sources=sources)
+    return Task(name, "lm", vocab_size, block_size, 0, loaders, sources=sources, meta=meta)
 
 
 @task("wikitext103")
@@ -256,11 +290,8 @@ def textfile(cache_dir="data", data_dir=None, block_size=256, tokenizer="gpt2", 
             if not text:
                 raise DataError(f"textfile: {where} holds no text")
             if enc is None:
-                codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)
-                chars, ids = np.unique(codes, return_inverse=True)
-                ids, vocab = ids + 1, len(chars) + 1
-                meta = {"tokenizer": "char", "chars": "".join(map(chr, chars))}
-                ids = ids.astype(id_dtype(vocab))
+                chars = "".join(sorted(set(text)))
+                ids, vocab, meta = char_ids(text, chars, where), len(chars) + 1, {"tokenizer": "char", "chars": chars}
             else:
                 vocab, meta = enc.n_vocab, {"tokenizer": tokenizer}
                 write_bin(os.path.join(out, "all.bin"), text_chunks(text.splitlines(keepends=True)), enc)

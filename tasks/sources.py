@@ -130,9 +130,9 @@ def byte_encoding():
 
 
 def check_tokenizer(name, task_name):
-    """A DataError unless --tokenizer NAME exists for the task (nothing is loaded): byte, char (textfile only)
+    """A DataError unless --tokenizer NAME exists for the task (nothing is loaded): byte, char (textfile, ptb)
     or a tiktoken encoding."""
-    if name == "char" and task_name == "textfile" or name == "byte":
+    if name == "char" and task_name in ("textfile", "ptb") or name == "byte":
         return
     if os.path.isdir(name):                                  # a BERT folder: checked when its WordPiece loads
         if task_name not in WORDPIECE_TASKS:
@@ -145,7 +145,7 @@ def check_tokenizer(name, task_name):
         raise DataError(f"{task_name}: --tokenizer {name} needs tiktoken (pip install tiktoken)") from None
     names = tiktoken.list_encoding_names()
     if name not in names:
-        raise DataError(f"{task_name}: unknown --tokenizer {name!r}; choose byte, char (--task textfile only) or a "
+        raise DataError(f"{task_name}: unknown --tokenizer {name!r}; choose byte, char (--task textfile or ptb) or a "
                         f"tiktoken encoding ({', '.join(names)})")
 
 
