@@ -50,6 +50,8 @@ class Table:
     common: str               # train.py flags of every row
     rows: list
     baselines: object = None  # function(task, args) -> [(name, val, test)], computed on the same splits
+    unit: str = None          # "bpc": a language model's loss in bits per character (otherwise perplexity)
+    note: str = ""            # a paragraph under the table (the data, what the baselines see)
     compute: object = None    # instead of training runs: function(seeds) -> markdown, computed in this process
     prepare: object = None    # function() run before the training runs (e.g. held-out data they are evaluated on)
 
@@ -89,6 +91,79 @@ def lm_baselines(task, args):
     val, test = (ngram_perplexities(train, task.split(s)) for s in ("val", "test"))
     return [("unigram, add-one", val["unigram"], test["unigram"]),
             ("bigram, interpolated Kneser-Ney (D = 0.75)", val["bigram"], test["bigram"])]
+
+
+def grams(ids, k, V):
+    """The k-gram ending at each position k-1 .. len(ids)-1 as one integer, its oldest token the highest digit."""
+    n = max(len(ids) - k + 1, 0)
+    key = np.zeros(n, dtype=np.int64)
+    for j in range(k):
+        key = key * V + ids[j:j + n]
+    return key
+
+
+def lookup(keys, values, queries):
+    """For each query, values[i] where keys[i] == query (keys sorted and distinct), 0 where it is no key."""
+    i = np.minimum(np.searchsorted(keys, queries), len(keys) - 1)
+    return np.where(keys[i] == queries, values[i], 0)
+
+
+def kn_tables(train, n, V):
+    """For each order k = 1..n: (k-grams hw, their counts, histories h, sum of counts after h, distinct tokens
+    after h). Order n counts how often hw occurs; a lower order counts the distinct tokens seen before hw (its
+    continuation count N1+(. h w)): a lower order is used where the longer history was not seen, so what it
+    should know is how many contexts w follows, not how often."""
+    tables = {}
+    for k in range(1, n + 1):
+        if k == n:
+            hw, c = np.unique(grams(train, k, V), return_counts=True)
+        else:
+            hw, c = np.unique(np.unique(grams(train, k + 1, V)) % V ** k, return_counts=True)  # drop the oldest
+        h, start = np.unique(hw // V, return_index=True)
+        tables[k] = (hw, c, h, np.add.reduceat(c, start), np.diff(np.append(start, len(hw))))
+    return tables
+
+
+def kneser_ney(train, stream, n, V, D=0.75):
+    """Interpolated Kneser-Ney: the probability of each target stream[1:] given the n - 1 tokens before it in
+    the stream (all there are, for the first n - 2 targets), from the counts of `train`, ids < V.
+        p_k(w | h) = max(c(h w) - D, 0) / c(h) + D N1+(h .) / c(h) p_{k-1}(w | h's last k - 2 tokens)
+    where h was seen (else p_{k-1}), down to p_1(w) = max(c(w) - D, 0) / c + D N1+(.) / c / V."""
+    if V ** n >= 2 ** 62:
+        raise ValueError(f"a {n}-gram of {V} ids does not fit one int64 key")
+    train, stream = np.asarray(train, dtype=np.int64), np.asarray(stream, dtype=np.int64)
+    tables = kn_tables(train, n, V)
+    hw, c, *_ = tables[1]
+    p1 = np.full(V, D * len(hw) / c.sum() / V)
+    p1[hw] += np.maximum(c - D, 0) / c.sum()
+    p = p1[stream[1:]]
+    for k in range(2, n + 1):                               # target i (position i + 1) has k - 1 tokens before it
+        hw, c, h, c_h, n_h = tables[k]                      # from i = k - 2 on
+        q = grams(stream, k, V)
+        c_hw, c_h, n_h = (lookup(keys, v, x).astype(np.float64) for keys, v, x in
+                          ((hw, c, q), (h, c_h, q // V), (h, n_h, q // V)))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            p[k - 2:] = np.where(c_h > 0, np.maximum(c_hw - D, 0) / c_h + D * n_h / c_h * p[k - 2:], p[k - 2:])
+    return p
+
+
+def char_baselines(task, args):
+    """Bits per character of three n-grams on exactly the targets train.py evaluates (every full window of the
+    split), counted on the training stream; V is the model's vocabulary (padding id 0 included)."""
+    train, V = np.asarray(task.split("train").stream), task.vocab_size
+
+    def bits(split, probs):
+        n = len(split) * split.block_size
+        return float(-np.log2(probs(np.asarray(split.stream[:n + 1]))).mean())
+
+    counts = np.bincount(train, minlength=V)
+    add_one = (counts + 1) / (counts.sum() + V)
+    models = [("unigram, add-one: no context", lambda s: add_one[s[1:]]),
+              ("bigram, interpolated Kneser–Ney (D = 0.75): the previous character",
+               lambda s: kneser_ney(train, s, 2, V)),
+              ("5-gram, interpolated Kneser–Ney (D = 0.75): the 4 characters before, also across window edges",
+               lambda s: kneser_ney(train, s, 5, V))]
+    return [(name, *(bits(task.split(s), probs) for s in ("val", "test"))) for name, probs in models]
 
 
 # The small ListOps setting: depth 3, 2-3 arguments, 5-20 tokens. Nested evaluation is learnable here in minutes,
@@ -162,6 +237,17 @@ PTB = ("--task ptb --n_layer 4 --n_embd 128 --block_size 64 --batch_size 16 --ma
 DISCRETE = (("`discretize(4)`, the training grid", "--steps 4 --eval_only"),
             ("`discretize(8)`, no training", "--steps 8 --eval_only"),
             ("8 steps, LoRA rank 4, 150 steps", "--steps 8 --lora_rank 4 --max_iters 150 --eval_interval 150"))
+# nanoGPT's CPU recipe (its README: shakespeare_char on a laptop), on PTB's characters, for every row
+PTB_CHAR = ("--task ptb --tokenizer char --n_layer 4 --n_embd 128 --block_size 64 --batch_size 12 --max_iters 2000 "
+            "--lr 1e-3 --schedule cosine --min_lr 0.1 --beta2 0.99 --weight_decay 0.1 --dropout 0.0 --warmup 100 "
+            "--grad_clip 1.0 --eval_interval 250 --eval_iters 20")
+PTB_CHAR_NOTE = (
+    "Data: Mikolov's `ptb.{train,valid,test}.txt` read as characters (`--tokenizer char`: the 50 characters of "
+    "ptb.train.txt, the line break one of them, ids 1–50; 0 is padding, vocabulary 51). Bits per character = the "
+    "mean cross-entropy in nats / ln 2 over every character of the split's full 64-character windows, each "
+    "predicted once (train.py's final evaluation). The baselines are counted on ptb.train.txt and scored on "
+    "exactly those targets; after each baseline's name, what it conditions on (a model sees only the characters "
+    "before the target inside its window: 0 to 63).")
 LISTOPS_LRA = ("--task listops --max_iters 1000 --batch_size 16 --lr 5e-4 --warmup 100 --schedule cosine "
                "--short_steps 400 --short_len 64 --n_layer 2 --n_embd 64 --dropout 0.0 --eval_interval 500")
 
@@ -195,6 +281,17 @@ TABLES = {
          Row("TransJect (learned Σ, E = 4)", "--model transject"),
          Row("Transformer + ReZero", "--model softmax --n_head 4 --norm rezero")],
         lm_baselines),
+    "ptb-char": Table(
+        "Penn Treebank, characters: nanoGPT's CPU recipe (4 layers, 128 wide, 64-character windows, batch 12, "
+        "2,000 steps)",
+        PTB_CHAR,
+        [Row("GPT (softmax, pre-LN, no bias: nanoGPT)", "--model softmax --n_head 4 --norm pre --bias false"),
+         Row("SimpleTRON (causal, variant res)", "--model simpletron --n_head 4"),
+         Row("TransJect (learned Σ, E = 4)", "--model transject"),
+         Row("DiffEqFormer (4 Euler steps, d_t = 8)", "--model diffeqformer --n_head 4"),
+         Row("Transformer + ReZero", "--model softmax --n_head 4 --norm rezero"),
+         Row("Orthogonal Transformer (pre-LN)", "--model softmax --n_head 4 --orthogonal true")],
+        char_baselines, unit="bpc", note=PTB_CHAR_NOTE),
     "listops-small": Table(
         "Small ListOps (depth 3, 2–3 arguments, 5–20 tokens; 96,000 / 2,000 / 2,000 trees): 2 layers, 64 wide, "
         "batch 32, 3,000 steps",
@@ -344,12 +441,13 @@ def render(name, table, seeds, data_dir, baselines):
              f"Reproduce (and rewrite this block): `python experiments.py {name}"
              f"{' --data_dir DIR' if data_dir else ''}{' --bert_dir BERT' if any('{BERT}' in r.flags for r in table.rows) else ''}`. "
              f"Common flags: `{table.common}`.", ""]
-    rows = []
+    rows, bpc = [], table.unit == "bpc"
+    key, digits, scale = ("loss", 3, 1 / math.log(2)) if bpc else (None, 2, None)
     for row in table.rows:
         ms = [load_metrics(run_dir(name, row, s)) for s in seeds]
         lm = "val_ppl" in ms[0]
-        key, digits = ("ppl", 2) if lm else ("acc", 2)
-        scale = 1 if lm else 100
+        if not bpc:
+            key, scale = ("ppl", 1) if lm else ("acc", 100)
         params = f"{ms[0]['n_params'] / 1e6:.2f}M" if ms[0]['n_params'] >= 1e6 else f"{ms[0]['n_params'] / 1e3:.0f}k"
         rows.append((row.name, row.flags, params, mean_std([scale * m[f"val_{key}"] for m in ms], digits),
                      mean_std([scale * m[f"test_{key}"] for m in ms], digits), gate_cell(ms)))
@@ -358,17 +456,20 @@ def render(name, table, seeds, data_dir, baselines):
             rows.append((f"↳ {label}", flags, "", mean_std([scale * m[f"val_{key}"] for m in es if f"val_{key}" in m],
                                                             digits),
                          mean_std([scale * m[f"test_{key}"] for m in es], digits), ""))
-    unit = "ppl" if lm else "acc (%)"
+    unit = "bits per character" if bpc else "ppl" if lm else "acc (%)"
     any_gates = any(r[5] for r in rows)
     lines.append(f"| model | flags | parameters | val {unit} | test {unit} |" + (" gates after training |" if any_gates else ""))
     lines.append("|---|---|---:|---:|---:|" + ("---|" if any_gates else ""))
     for r in rows:
         lines.append(f"| {r[0]} | `{r[1]}` | {r[2]} | {r[3]} | {r[4]} |" + (f" {r[5]} |" if any_gates else ""))
     for b, v, t in baselines:
-        v, t = (("–" if x is None else f"{x:.2f}" if lm else f"{100 * x:.2f}") for x in (v, t))
+        v, t = (("–" if x is None else f"{x:.{digits}f}" if lm else f"{100 * x:.2f}") for x in (v, t))
         lines.append(f"| *baseline: {b}* | | | {v} | {t} |" + (" |" if any_gates else ""))
     n = load_metrics(run_dir(name, table.rows[0], seeds[0]))
-    lines += ["", f"n_val = {n['n_val']:,}, n_test = {n['n_test']:,}. Machine: {machine()}."]
+    hours = sum(load_metrics(run_dir(name, row, s)).get("seconds", 0) for row in table.rows for s in seeds) / 3600
+    lines += ["", *([table.note, ""] if table.note else []),
+              f"n_val = {n['n_val']:,}, n_test = {n['n_test']:,}. Machine: {machine()}. "
+              f"The runs took {hours:.1f} h together (each run's seconds, from metrics.json)."]
     return "\n".join(lines)
 
 

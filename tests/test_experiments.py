@@ -1,5 +1,8 @@
 """experiments.py --list: the tables first, one line each (name, what it measures, runs); --list NAME: one table's
-train.py commands."""
+train.py commands; the character table's recipe and its markdown in bits per character."""
+
+import json
+import math
 
 import pytest
 
@@ -33,3 +36,40 @@ def test_list_of_one_table_gives_its_commands(capsys):
     assert capsys.readouterr().out.startswith("depth: Depth (SimpleTRON §5.2)")
     with pytest.raises(SystemExit, match="choose a table"):
         experiments.main(["--list", "nothing"])
+
+
+def test_ptb_char_is_nanogpts_recipe_for_six_rows(capsys):
+    by_name = {line.split()[0]: line for line in listed(capsys)[1:]}
+    assert by_name["ptb-char"].endswith("Penn Treebank, characters [18 runs]")
+    commands = [line.strip() for line in listed(capsys, "ptb-char", "--data_dir", "DIR") if "train.py" in line]
+    assert len(commands) == 18 and all("--task ptb --tokenizer char" in c and "--data_dir DIR" in c for c in commands)
+    recipe = ("--n_layer 4 --n_embd 128 --block_size 64 --batch_size 12 --max_iters 2000 --lr 1e-3 --schedule cosine "
+              "--min_lr 0.1 --beta2 0.99 --weight_decay 0.1 --dropout 0.0 --warmup 100 --grad_clip 1.0 "
+              "--eval_interval 250 --eval_iters 20")
+    assert all(recipe in c for c in commands)
+    gpt, simpletron, transject, deq, rezero, orthogonal = commands[:6]
+    assert "--model softmax --n_head 4 --norm pre --bias false" in gpt and "--bias" not in simpletron + rezero
+    assert "--model transject" in transject and "--n_head" not in transject         # TransJect has no heads
+    assert "--norm rezero" in rezero and "--orthogonal true" in orthogonal and "--model diffeqformer" in deq
+
+
+def test_a_bpc_table_reports_bits_per_character(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    table, seeds = experiments.TABLES["ptb-char"], [0, 1, 2]
+    for i, row in enumerate(table.rows):
+        for s in seeds:
+            d = tmp_path / experiments.run_dir("ptb-char", row, s)
+            d.mkdir(parents=True)
+            bits = 2 + i / 10 + (s - 1) / 100                  # mean 2.i00, std 0.010
+            (d / "metrics.json").write_text(json.dumps({
+                "model": "softmax", "val_loss": bits * math.log(2), "test_loss": (bits + 0.05) * math.log(2),
+                "val_ppl": 2 ** bits, "test_ppl": 2 ** (bits + 0.05), "n_params": 802304, "config": {"n_layer": 4},
+                "n_val": 399744, "n_test": 449920, "seconds": 600}))
+    text = experiments.render("ptb-char", table, seeds, "DIR", [("unigram, add-one: no context", 4.5, 4.25)])
+    assert "| model | flags | parameters | val bits per character | test bits per character |" in text
+    assert "| GPT (softmax, pre-LN, no bias: nanoGPT) | `--model softmax --n_head 4 --norm pre --bias false` | " \
+           "802k | 2.000 ± 0.010 | 2.050 ± 0.010 |" in text
+    assert "| 2.500 ± 0.010 | 2.550 ± 0.010 |" in text                            # the sixth row
+    assert "| *baseline: unigram, add-one: no context* | | | 4.500 | 4.250 |" in text
+    assert experiments.PTB_CHAR_NOTE in text and "python experiments.py ptb-char --data_dir DIR" in text
+    assert "n_val = 399,744, n_test = 449,920." in text and "The runs took 3.0 h together" in text
