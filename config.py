@@ -43,10 +43,8 @@ class Parser(argparse.ArgumentParser):
 
 
 def to_bool(s):
-    if s.lower() in ("1", "true", "yes", "on"):
-        return True
-    if s.lower() in ("0", "false", "no", "off"):
-        return False
+    if s.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        return s.lower() in ("1", "true", "yes", "on")
     raise argparse.ArgumentTypeError(f"expected true or false, not {s!r}")
 
 
@@ -125,7 +123,7 @@ FLAGS = [
     ("preset", str, "cpu", "The settings to start from: cpu (minutes on a CPU) or paper (the papers' own)."),
     ("device", str, "auto", "Where to run: auto (cuda, then mps, then cpu), cuda, cuda:N, mps or cpu."),
     ("max_iters", int, 1000, "How many optimiser steps to train for."),
-    ("batch_size", int, 16, "Examples per micro-batch."),
+    ("batch_size", int, 16, "Examples per micro-batch (under torchrun: per process)."),
     ("grad_accum", int, 1, "Micro-batches per step (the effective batch is batch_size * grad_accum)."),
     ("lr", float, 1e-3, "The base learning rate."),
     ("schedule", str, "cosine", "The learning-rate schedule: rsqrt (SimpleTRON: lr * min(1, s/warmup) / "
@@ -137,33 +135,36 @@ FLAGS = [
     ("beta1", float, 0.9, "AdamW's beta1."),
     ("beta2", float, 0.999, "AdamW's beta2."),
     ("eps", float, 1e-8, "AdamW's epsilon."),
-    ("grad_clip", float, 1.0, "Clip the gradient's norm to this (0: no clipping)."),
+    ("grad_clip", float, 1.0, "Clip the gradient's norm to at most this (0: no clipping)."),
     ("gate_lr_scale", float, 30.0, "Scalar gates (TransJect's a_l, ReZero's alpha) learn at lr times this."),
-    ("eval_interval", int, 250, "Evaluate on val and write the checkpoint every this many steps."),
+    ("eval_interval", int, 250, "Every this many steps: evaluate on val, write ckpt.pt, and best.pt when val is the "
+                                "best so far (classifiers: highest accuracy; language models: lowest loss)."),
     ("eval_iters", int, 20, "Batches of val to evaluate on during training (the end uses all of val and test)."),
     ("log_interval", int, 10, "Print a progress line every this many steps."),
     ("attn_std_interval", int, 0, "SimpleTRON and softmax: log each block's attention std on a fixed val batch "
                                   "every this many steps (0: never; SimpleTRON's Fig. 5, analyze.py attnstd)."),
-    ("short_steps", int, 0, "Sequence-length warm-up: the first short_steps steps train on prefixes ..."),
-    ("short_len", int, 64, "... of short_len tokens (classification tasks; escapes the long early plateau)."),
-    ("time_limit", float, None, "Stop training after this many minutes (data preparation included)."),
-    ("out_dir", str, None, "Where to write ckpt.pt, log.jsonl and metrics.json."),
+    ("short_steps", int, 0, "Sequence-length warm-up (classification tasks): train the first this many steps on "
+                            "prefixes of short_len tokens, which escapes the long early plateau."),
+    ("short_len", int, 64, "The length of those prefixes, in tokens."),
+    ("time_limit", float, None, "Stop training after this many minutes (data preparation included), then evaluate."),
+    ("out_dir", str, None, "The run's folder: ckpt.pt, best.pt, log.jsonl, loss.png and metrics.json."),
     ("data_dir", str, None, "Read the task from the files in this folder instead of downloading or generating it."),
     ("cache_dir", str, "data", "Where generated and downloaded data are kept."),
     ("tokenizer", str, "gpt2", "BPE tasks: gpt2 (tiktoken), another tiktoken encoding, or byte; char: textfile "
                                "and ptb as characters."),
     ("n_train", int, None, "Train on the first n training examples only (language models: tokens)."),
     ("seed", int, 0, "The seed of the data order, the dropout and the initialisation."),
-    ("resume", bool, False, "Continue the run in out_dir from its ckpt.pt."),
-    ("init_from", str, None, "Start a new run from this checkpoint's weights (see --eval_only)."),
+    ("resume", bool, False, "Continue the run in --out_dir from its ckpt.pt, exactly as if it had not stopped."),
+    ("overwrite", bool, False, "Start a new run in an --out_dir that holds another run, replacing its files."),
+    ("init_from", str, None, "Start a new run from this checkpoint's weights (a ckpt.pt or best.pt; see --eval_only)."),
     ("eval_only", bool, False, "With --init_from: evaluate on the task's val and test splits, then stop."),
     ("init_from_bert", str, None, "Fine-tune a pretrained BERT (a Hugging Face folder) with a new classifier on "
                                   "its [CLS] state: --model softmax (BERT) or simpletron; --task agnews or imdb."),
     ("transfer_from", str, None, "With --model softmax: copy this SimpleTRON checkpoint's q/k/v, frozen."),
-    ("steps", int, None, "With --init_from a DiffEqFormer: fine-tune its discretisation with N Euler steps."),
-    ("lora_rank", int, 0, "With --steps: LoRA of this rank on every linear map, embeddings trained (0: none)."),
-    ("lora_alpha", float, None, "With --lora_rank: LoRA's alpha, its scale alpha / rank (none: alpha = rank)."),
-    ("compile", bool, False, "torch.compile the model."),
+    ("steps", int, None, "With --init_from a DiffEqFormer checkpoint: fine-tune it as this many Euler steps."),
+    ("lora_rank", int, 0, "With --steps: train LoRA adapters of this rank, not the linear maps' weights (0: none)."),
+    ("lora_alpha", float, None, "With --lora_rank: LoRA's alpha; adapters scaled by alpha / rank (none: = rank)."),
+    ("compile", bool, False, "Compile the model with torch.compile (faster steps after a slow first one)."),
     ("listops_depth", int, 10, "ListOps generator: the depth limit, operators only above it (LRA: 10)."),
     ("listops_args", str, "2,10", "ListOps generator: MIN,MAX arguments per operator (LRA: 2,10)."),
     ("listops_len", str, "500,2000", "ListOps generator: keep trees with MIN < length < MAX tokens, brackets not "
@@ -172,6 +173,8 @@ FLAGS = [
 ]
 DEFAULTS = {name: default for name, _, default, _ in FLAGS}
 LISTOPS_FLAGS = ("listops_depth", "listops_args", "listops_len", "listops_sizes")
+# Config fields a model keeps for the common interface but does not use: no flags of that model
+UNUSED_FIELDS = {"transject": {"n_head": "TransJect has no attention heads (its --n_experts take their place)"}}
 
 # What each Config field means (--help): nanoGPT's common fields, then each model file's own, as commented there
 COMMON_FIELDS = {
@@ -195,7 +198,7 @@ FIELD_HELP = {
                 "(ReZero)",
         "orthogonal": "every weight matrix of the blocks orthogonal (Orthogonal Transformer)",
         "mlp_ratio": "MLP width = mlp_ratio * n_embd (Table 3: 256 -> 1024)",
-        "freeze_qkv": "attention transfer (Section 4.2): q/k/v are not trained",
+        "freeze_qkv": "true: q/k/v are not trained (attention transfer, Section 4.2; --transfer_from sets it)",
         "layer_norm_eps": "every LayerNorm's eps (BERT: 1e-12)",
         "emb_norm": "a LayerNorm on the embeddings, word + position (BERT)",
         "final_norm": "a LayerNorm after the last block (BERT has none)",
@@ -250,11 +253,11 @@ PRESETS = {
     "cpu": {   # small and fast: each trains in minutes on a 2-core CPU
         ("simpletron", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
                                   schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
-        # the README's main command: about 8 minutes here, ~35% test accuracy. 400 steps on 64-token prefixes
+        # the README's main command: about 8 minutes here, ~36% test accuracy. 400 steps on 64-token prefixes
         # first: at full length the first ~4,000 steps sit at the label prior (17%) before anything is learned
         ("simpletron", "listops"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=5e-4, warmup=100,
                                         schedule="cosine", max_iters=1500, batch_size=16, short_steps=400,
-                                        short_len=64, eval_interval=500, time_limit=13.5),
+                                        short_len=64, eval_interval=500),
         ("softmax", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
                                schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
         # PTB: DiffEqFormer vs GPT (pre-LN softmax) at equal shape, steps and optimiser; ~5 min each on 2 cores
@@ -356,15 +359,17 @@ def parse_args(argv, description=None):
     for name, typ, default, help in FLAGS:
         p.add_argument(f"--{name}", default=None, help=f"{help} [{shown.get(name, default)}]",
                        **(dict(type=to_bool, nargs="?", const=True) if typ is bool else dict(type=typ)))
-    meaning = {**COMMON_FIELDS, **FIELD_HELP[MODELS[model_name][0]]}
+    meaning, unused = {**COMMON_FIELDS, **FIELD_HELP[MODELS[model_name][0]]}, UNUSED_FIELDS.get(model_name, {})
     group = p.add_argument_group(
         f"model ({model_name}) Config fields; [the value for task {shown['task']}, preset {shown['preset']}]")
     for f in config_fields:
         typ = to_bool if f.type in (bool, "bool") else {"int": int, "float": float, "str": str}.get(f.type, f.type)
-        group.add_argument(f"--{f.name}", type=typ, default=None,
-                           help=f"{meaning.get(f.name, '')} [{shown.get(f.name, f.default)}]".strip())
+        group.add_argument(f"--{f.name}", type=typ, default=None, help=argparse.SUPPRESS if f.name in unused else
+                           f"{meaning.get(f.name, '')} [{shown.get(f.name, f.default)}]".strip())
     args = p.parse_args(argv)
     given = {k for k, v in vars(args).items() if v is not None}
+    for name in sorted(given & set(unused))[:1]:              # a field the model has but does not use
+        raise UsageError(f"--{name}: {unused[name]}; it is no setting of --model {model_name}")
     for name, known_names in (("model", MODELS), ("task", data.TASKS), ("preset", PRESETS)):
         if getattr(args, name) is not None and getattr(args, name) not in known_names:
             raise UsageError(f"unknown {name} {getattr(args, name)!r}; choose one of: {', '.join(known_names)}")
@@ -393,10 +398,8 @@ def help_values(model, task, preset_name, listops_len=None):
     if length is not None and length.default is None:       # a length the task derives from its other options
         values["block_size"] = (int(str(listops_len or values["listops_len"]).split(",")[-1]) if task == "listops"
                                 and "block_size" not in preset else values["block_size"])
-    if values.get("lr_decay_iters") is None:
-        values["lr_decay_iters"] = f"max_iters = {values['max_iters']}"
-    if values.get("out_dir") is None:
-        values["out_dir"] = f"out/{model}-{task}"
+    values["lr_decay_iters"] = values.get("lr_decay_iters") or f"max_iters = {values['max_iters']}"
+    values["out_dir"] = values.get("out_dir") or f"out/{model}-{task}"
     return {k: "none" if v is None else v for k, v in values.items()}
 
 
@@ -444,7 +447,9 @@ def check_args(args):
         while not os.path.exists(path):
             path = os.path.dirname(path)
         if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
-            raise UsageError(f"--{flag} {getattr(args, flag)}: {path} is not a folder this run can write in")
+            own_file = os.path.isfile(path) and path == os.path.abspath(getattr(args, flag))
+            kind = "is a file, not a folder" if own_file else "is not a folder this run can write in"
+            raise UsageError(f"--{flag} {getattr(args, flag)}: {path} {kind}")
     if args.eval_only and not args.init_from:
         raise UsageError("--eval_only needs --init_from CKPT, the checkpoint to evaluate")
     if (args.steps is not None or args.lora_rank) and not (args.init_from or args.resume):
@@ -458,14 +463,10 @@ def check_args(args):
         raise UsageError(f"--transfer_from {args.transfer_from} {data.file_problem(args.transfer_from)}")
 
 
-def check_config(model_name, config_dict):
+def check_config(model_name, config_dict, values=True):
     """The model's settings (flags, preset or a checkpoint's): each value, then the model's Config itself."""
-    for name, value in config_dict.items():
+    for name, value in config_dict.items() if values else ():
         check_value(name, value)
-    return make_config(model_name, config_dict)
-
-
-def make_config(model_name, config_dict):
     try:
         return model_module(model_name).Config(**config_dict)
     except (TypeError, ValueError) as e:
@@ -473,7 +474,7 @@ def make_config(model_name, config_dict):
 
 
 def build_model(model_name, config_dict):
-    return model_module(model_name).Model(make_config(model_name, config_dict))
+    return model_module(model_name).Model(check_config(model_name, config_dict, values=False))
 
 
 def load_checkpoint(path, need=()):

@@ -49,6 +49,14 @@ class Distributed:
         """True on every process if flag is True on one (so that all stop at the same step)."""
         return self.sum(float(flag))[0] > 0 if self.on else flag
 
+    def from_rank0(self, fn):
+        """fn() on rank 0, sent to every process (pickled): what rank 0 alone can read, e.g. a file it wrote."""
+        if not self.on:
+            return fn()
+        box = [fn() if self.master else None]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
     def rank0_first(self, fn):
         """fn() on rank 0, then on the first process of each other machine, then on the rest: data is generated,
         downloaded and cached by one process at a time (once if the machines share --cache_dir, else once per

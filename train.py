@@ -16,12 +16,14 @@ out_dir/metrics.json. Under torchrun (DistributedDataParallel, one device per pr
 process: N processes with batch b train as one process with batch N * b (docs/multigpu.md).
 """
 
+import collections
 import contextlib
 import dataclasses
-import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -31,12 +33,13 @@ if int(os.environ.get("RANK", 0)):                          # torchrun: progress
     os.environ.setdefault("TQDM_DISABLE", "1")
 from tqdm import tqdm  # noqa: E402
 
-import bert  # noqa: E402
 import data  # noqa: E402
+import rundir  # noqa: E402
 import simpletron  # noqa: E402
-from config import (FLAGS, LISTOPS_FLAGS, MODELS, UsageError, build_model, check_args, check_config,  # noqa: E402
-                    load_checkpoint, parse_args, pick_device, resolve)
+from config import LISTOPS_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint  # noqa: E402
 from ddp import Distributed, build_every_split, step_seed, unused_parameters  # noqa: E402
+from rundir import Diverged  # noqa: E402
+from runsetup import build_run_model, fit_to_task, load_weights, settings  # noqa: E402
 
 
 # ----------------------------------------------------------------------------------------------
@@ -83,10 +86,12 @@ def gate_report(model, start, args, steps):
 
 
 @torch.no_grad()
-def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=1234, dist=None, progress=None):
+def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=1234, dist=None, progress=None,
+             stop=None):
     """Loss and accuracy (cls, match) or perplexity (lm) over a split, or over max_batches fixed batches.
     dist (torchrun): each process evaluates its share of every batch of batch_size and the sums are added over
-    the processes, so the metrics are one process's with that batch. progress: title of a progress bar."""
+    the processes, so the metrics are one process's with that batch. progress: title of a progress bar.
+    stop: a CtrlC; None (on every process) if it was asked to stop between two batches."""
     model.eval()
     if max_batches is None:
         batches, n_batches = split.batches(batch_size), -(-len(split) // batch_size)
@@ -95,8 +100,11 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
         batches, n_batches = (split.sample(batch_size, rng) for _ in range(max_batches)), max_batches
     if progress:                                             # on a terminal only
         batches = tqdm(batches, desc=progress, total=n_batches, unit="batch", leave=False, disable=None)
-    total_loss, correct, count = 0.0, 0, 0
+    total_loss, correct, count, stopped = 0.0, 0, 0, False
     for x, y in batches:
+        if stop is not None and stop.asked:
+            stopped = True
+            break
         if dist is not None:
             x, y = dist.share(x), dist.share(y)
             if not len(y):                                   # a last batch with fewer examples than processes
@@ -110,9 +118,11 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
             correct += (logits.argmax(-1) == y).sum().item()
         count += n
     if dist is not None:
-        total_loss, correct, count = dist.sum(total_loss, correct, count)
+        total_loss, correct, count, stopped = dist.sum(total_loss, correct, count, stopped)
         correct, count = int(correct), int(count)
     model.train()
+    if stopped:
+        return None
     out = {"loss": total_loss / count, "n": count}
     if isinstance(split, data.LMSplit):
         out["ppl"] = math.exp(out["loss"])
@@ -144,37 +154,6 @@ def past_time_limit(minutes, seconds):
 # ----------------------------------------------------------------------------------------------
 # main's steps, in its order
 
-def inherit_from(args, given):
-    """--init_from CKPT: the checkpoint, whose model the run takes, and its task unless --task is given (then its
-    data from the same place: --data_dir, --cache_dir, --tokenizer and the ListOps flags, unless given)."""
-    if not args.init_from:
-        return None
-    source = load_checkpoint(args.init_from)
-    args.model = source["model_name"]
-    if args.task is None:
-        args.task = source["args"]["task"]
-        for k in ("data_dir", "cache_dir", "tokenizer", *LISTOPS_FLAGS):
-            if k not in given and k in source["args"]:
-                setattr(args, k, source["args"][k])
-                given.add(k)
-    given |= {"model", "task"}
-    return source
-
-
-def resume_state(args, given):
-    """--resume: the run's checkpoint, whose flags fill those not given."""
-    if not args.resume:
-        return None
-    if args.out_dir is None:
-        raise UsageError("--resume needs --out_dir, the folder of the run to continue")
-    ckpt = load_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), need=("optimizer", "iter"))
-    for k, v in ckpt["args"].items():
-        if k not in given:
-            setattr(args, k, v)
-    given |= set(ckpt["args"])
-    return ckpt
-
-
 def rescale_batch(ckpt, dist, args):
     """A run resumed on another number of processes keeps its global batch."""
     global_batch = args.batch_size * ckpt.get("world_size", 1)
@@ -196,113 +175,86 @@ def open_task(args, config_dict, dist):
     return task
 
 
-def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):
-    """The Config fields the task decides (vocabulary, length, head, classes) where the settings leave them open.
-    A checkpoint's model must fit the task as it is; BERT's gets a new classifier."""
-    fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=task.kind, n_classes=task.n_classes)
-    for k in ("vocab_size", "head", "n_classes"):
-        if from_checkpoint and config_dict[k] != fields[k]:
-            raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {task_name} needs {fields[k]}")
-    if pretrained is not None:
-        if task.vocab_size > config_dict["vocab_size"]:
-            raise UsageError(f"--init_from_bert: the tokenizer has {task.vocab_size} ids, BERT's embedding "
-                             f"{config_dict['vocab_size']}")
-        config_dict["n_classes"] = task.n_classes
-    return {**config_dict, **{k: v for k, v in fields.items() if k not in config_dict or k == "head"}}
-
-
-def build_run_model(args, config_dict, source, ckpt, pretrained):
-    """The model and its first weights: BERT's, or the --init_from checkpoint's (then discretised by --steps),
-    with SimpleTRON's attention (--transfer_from); a resumed run's own last."""
-    if pretrained is not None:                               # SimpleTRON's Section 5.3
-        model = bert.bert_model(pretrained, {**MODELS[args.model][1], **config_dict})
-        print(f"from BERT {args.init_from_bert}: {model.config.n_layer} of {pretrained[0]['num_hidden_layers']} "
-              f"layers, {model.config.attention} attention; a new classifier on the [CLS] state (BERT's pooler is "
-              "not used)")
-    else:
-        model = build_model(args.model, config_dict)
-    if source is not None:
-        load_weights(model, source["model"], args.init_from)
-    if (args.steps is not None or args.lora_rank) and ckpt is None:
-        model = discretised(model, args, source)
-    if args.transfer_from:                                   # SimpleTRON's Section 4.2
-        simple = load_checkpoint(args.transfer_from)
-        trained = build_model(simple["model_name"], simple["config"])
-        load_weights(trained, simple["model"], args.transfer_from)
-        try:
-            simpletron.transfer_attention(trained, model)
-        except (RuntimeError, ValueError, AttributeError) as e:
-            raise UsageError(f"--transfer_from {args.transfer_from}: its attention does not fit this model "
-                             f"({data.one_line(str(e).splitlines()[0], 150)})") from None
-    if ckpt is not None:
-        load_weights(model, ckpt["model"], os.path.join(args.out_dir, "ckpt.pt"))
-    return model
-
-
-def discretised(model, args, source):
-    """DiffEqFormer's adaptive fine-tuning (6.2): the ODE of --init_from as --steps N ordinary blocks, W(t_k)
-    materialised, with LoRA of rank --lora_rank on every linear map (freezing the rest) if given."""
-    if source is None or args.steps is None or not hasattr(model, "discretize") or model.config.discrete:
-        raise UsageError("--steps N [--lora_rank r --lora_alpha a] needs --init_from CKPT, a checkpoint of the "
-                         "DiffEqFormer ODE (--model diffeqformer, not discretised already)")
-    if args.steps < 1 or args.lora_rank < 0:
-        raise UsageError("--steps must be at least 1 and --lora_rank at least 0")
-    model = model.discretize(args.steps)
-    if args.lora_rank:
-        model = model.with_lora(args.lora_rank, args.lora_alpha or args.lora_rank)
-    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    print(f"{'evaluating' if args.eval_only else 'fine-tuning'} the discretisation on {args.steps} Euler steps"
-          f"{f' with LoRA rank {args.lora_rank}' * bool(args.lora_rank)}: {trainable / 1e6:.2f}M trainable parameters")
-    return model
-
-
-def load_weights(model, state, path):
-    try:
-        model.load_state_dict(state)
-    except (RuntimeError, TypeError, ValueError) as e:
-        first = [line.strip() for line in str(e).splitlines() if line.strip()][:2]   # torch: a title, then the first
-        raise UsageError(f"{path}: its weights do not fit the model ({data.one_line(' '.join(first), 200)})") from None
-
-
 # ----------------------------------------------------------------------------------------------
 # Training
 
-class Run:
-    """What the steps of one run share: its settings, processes, model and optimiser, its log.jsonl (rank 0;
-    the others write nowhere) and its clock, which counts the run's seconds over all its sessions (--resume)."""
+class Interrupted(Exception):
+    """Ctrl-C: the run stopped between two steps, its checkpoint written, no metrics.json (exit 130)."""
 
-    def __init__(self, args, dist, autocast, model, optimizer, gate_start, log, t_start, time_before):
+
+class CtrlC:
+    """While training and evaluating: the first Ctrl-C (SIGINT) asks the run to stop, which it does between two steps
+    or evaluation batches; a second one stops it at once (KeyboardInterrupt, nothing written)."""
+
+    def __init__(self, master):
+        self.asked, self.master, self.previous = False, master, None
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():        # signals reach the main thread only
+            self.previous = signal.signal(signal.SIGINT, self.handle)
+        return self
+
+    def handle(self, signum, frame):
+        if self.asked:
+            raise KeyboardInterrupt
+        self.asked = True
+        if self.master:                                      # os.write to stderr: no print() in a signal handler
+            with contextlib.suppress(OSError):
+                os.write(2, b"\nCtrl-C: stopping after this step (Ctrl-C again: at once)\n")
+
+    def __exit__(self, *exc):
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)
+
+
+class Run:
+    """What the steps of one run share: its settings, processes, model and optimiser, its folder (rank 0 writes its
+    files) and its clock, which counts the run's seconds over all its sessions (--resume)."""
+
+    def __init__(self, args, dist, autocast, model, optimizer, folder, t_start, ckpt):
         self.args, self.dist, self.autocast, self.model, self.optimizer = args, dist, autocast, model, optimizer
-        self.gate_start, self.log, self.t_start, self.time_before = gate_start, log, t_start, time_before
+        self.folder, self.t_start, self.time_before, self.saved_now = folder, t_start, 0.0, None
+        self.gate_start = {name: p.item() for name, p in model.named_parameters() if p.dim() == 0}
+        if ckpt is not None:
+            self.gate_start, self.time_before = ckpt.get("gate_start", self.gate_start), ckpt.get("time", 0.0)
+            folder.resumed(ckpt)
 
     def seconds(self):
         return self.time_before + time.time() - self.t_start
 
     def write(self, record):
-        self.log.write(json.dumps(record) + "\n")
+        self.folder.write(record)
 
     def save(self, it):
-        """out_dir/ckpt.pt after step `it`: all an exact --resume needs, written whole or not at all."""
-        if self.dist.master:
-            state = {"model_name": self.args.model, "config": dataclasses.asdict(self.model.config),
-                     "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "iter": it,
-                     "args": run_args(self.args), "gate_start": self.gate_start, "world_size": self.dist.world,
-                     "time": self.seconds()}
-            data.atomic_write(os.path.join(self.args.out_dir, "ckpt.pt"), lambda f: torch.save(state, f))
+        """ckpt.pt after step `it` (once a step)."""
+        if self.saved_now != it:
+            self.folder.checkpoint(it, self.args, self.model, optimizer=self.optimizer.state_dict(),
+                                   gate_start=self.gate_start, world_size=self.dist.world, time=self.seconds())
+            self.saved_now = it
 
 
-def run_args(args):
-    return {name: getattr(args, name) for name, *_ in FLAGS}
+class Pace:
+    """The seconds per step of this session's last `window` steps, those on --short_steps prefixes apart (faster)."""
 
+    def __init__(self, window=50):
+        self.prefix, self.full = collections.deque(maxlen=window), collections.deque(maxlen=window)
 
-def open_log(out_dir, ckpt, start, master):
-    """out_dir/log.jsonl: a new one, or a resumed run's without the steps after its checkpoint (they run again)."""
-    path = os.path.join(out_dir, "log.jsonl")
-    if ckpt is not None and os.path.isfile(path) and master:
-        with open(path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line)["step"] <= start]
-        data.atomic_write_text(path, "".join(kept))
-    return open(path, "a" if ckpt is not None else "w") if master else open(os.devnull, "w")
+    def add(self, seconds, on_prefix):
+        (self.prefix if on_prefix else self.full).append(seconds)
+
+    def eta(self, it, args, prefix_steps, seconds_left_in_limit=None):
+        """The time left, in words: at the prefix steps' pace while on prefixes, else the full-length pace, capped by
+        what is left of --time_limit."""
+        if it < prefix_steps:
+            t = seconds_left(min(prefix_steps, args.max_iters) - it, sum(self.prefix), len(self.prefix))
+            then = " for the prefix steps, then longer" if prefix_steps < args.max_iters else ""
+            return f"eta {t / 60:.1f} min{then}"
+        if not self.full:
+            return "eta after the first full-length steps"
+        t = seconds_left(args.max_iters - it, sum(self.full), len(self.full))
+        if seconds_left_in_limit is not None and seconds_left_in_limit < t:
+            return f"eta {max(0.0, seconds_left_in_limit) / 60:.1f} min (--time_limit)"
+        return f"eta {t / 60:.1f} min"
 
 
 def training_model(model, train, args, dist, autocast):
@@ -320,7 +272,8 @@ def training_model(model, train, args, dist, autocast):
 
 def train_step(run, train_model, train, kind, it):
     """Step it + 1: grad_accum micro-batches of the global batch (this process's share of each), then the
-    optimiser. Returns (lr, loss, correct, count, tokens) of this process."""
+    optimiser, unless the loss or the gradient is not finite (Diverged). Returns (lr, loss, correct, count,
+    tokens): the loss and accuracy over every process's examples, the tokens of this process."""
     args, dist = run.args, run.dist
     lr = learning_rate(args, it + 1)
     for group in run.optimizer.param_groups:
@@ -345,16 +298,48 @@ def train_step(run, train_model, train, kind, it):
         if logits.dim() == 2:
             correct += (logits.argmax(-1) == y).sum().item()
             count += y.numel()
-    if args.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), args.grad_clip)
+    # the gradient's norm, clipped to grad_clip (0: not clipped, the norm only: a factor of 1 changes no number)
+    grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), args.grad_clip or math.inf).item()
+    if dist.on:                                              # averages over all the processes' examples
+        loss_sum, correct, count = dist.sum(loss_sum, correct, count)
+        loss_sum /= dist.world
+    for what, value in (("the loss", loss_sum), ("the gradient's norm", grad_norm)):
+        if not math.isfinite(value):                         # the same on every process (summed, all-reduced)
+            raise run.folder.diverged(it + 1, f"{what} is {value}", args.grad_clip)
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     return lr, loss_sum, correct, count, tokens
 
 
-def train_loop(run, train_model, task, train, start):
+def stop_reason(run, ctrl_c):
+    """Why the run stops before its next step (Ctrl-C, --time_limit), the same on every process; None: it goes on."""
+    late = past_time_limit(run.args.time_limit, time.time() - run.t_start)
+    asked, late = (v > 0 for v in run.dist.sum(float(ctrl_c.asked), float(late)))
+    return "interrupted" if asked else f"time_limit ({run.args.time_limit} min)" if late else None
+
+
+def evaluate_during_training(run, task, it, ctrl_c):
+    """val on --eval_iters fixed batches, its log record, best.pt if it is the best so far, ckpt.pt and the loss
+    curves. False if Ctrl-C stopped it."""
+    args, dist, split = run.args, run.dist, task.split("val")
+    m = evaluate(run.model, split, args.batch_size * dist.world, dist.device, run.autocast, args.eval_iters,
+                 dist=dist, stop=ctrl_c)
+    if m is None:
+        return False
+    unit, total = ("tokens", len(split) * split.block_size) if task.kind == "lm" else ("examples", len(split))
+    print(f"step {it} val ({m['n']:,} of {total:,} {unit}, --eval_iters {args.eval_iters}): "
+          f"{fmt({k: v for k, v in m.items() if k != 'n'})}", flush=True)
+    run.write({"step": it, **{f"val_{k}": v for k, v in m.items()}, "time": round(run.seconds(), 3)})
+    run.folder.flush()
+    run.folder.keep_if_best(it, m, args, run.model)
+    run.save(it)
+    run.folder.plot(args.short_steps if task.kind != "lm" else 0, f"{args.model} on {args.task}")
+    return True
+
+
+def train_loop(run, train_model, task, train, start, ctrl_c):
     """Steps from `start` to --max_iters, the time limit or Ctrl-C: a log.jsonl record a step, the progress line
-    every log_interval steps, val and the checkpoint every eval_interval. Returns (the last step, why it stopped,
+    every log_interval steps, val and the checkpoints every eval_interval. Returns (the last step, why it stopped,
     the tokens trained on, the seconds of training)."""
     args, dist = run.args, run.dist
     if args.attn_std_interval:                               # one fixed val batch, drawn without the training rng
@@ -367,142 +352,144 @@ def train_loop(run, train_model, task, train, start):
 
     if start == 0:
         log_attention_std(0)
-    it, tokens, t_train, stopped = start, 0, 0.0, "max_iters"
-    window = {"loss": 0.0, "correct": 0, "count": 0, "steps": 0, "seconds": 0.0}  # one log interval
-    try:
-        while it < args.max_iters:
-            if args.time_limit is not None and dist.any(past_time_limit(args.time_limit, time.time() - run.t_start)):
-                stopped = f"time_limit ({args.time_limit} min)"
-                break
-            t0 = time.time()
-            lr, loss_sum, correct, count, n_tokens = train_step(run, train_model, train, task.kind, it)
-            it, tokens = it + 1, tokens + n_tokens
-            if dist.on:                                      # averages over all the processes' examples
-                loss_sum, correct, count = dist.sum(loss_sum, correct, count)
-                loss_sum /= dist.world
-            t_train += time.time() - t0
-            record = {"step": it, "loss": loss_sum, "lr": lr, "time": round(run.seconds(), 3)}
-            run.write({**record, "acc": correct / count} if count else record)
-            log_attention_std(it)
-            for k, v in (("loss", loss_sum), ("correct", correct), ("count", count), ("steps", 1),
-                         ("seconds", time.time() - t0)):
-                window[k] += v
-            if it % args.log_interval == 0 or it == args.max_iters:
-                eta = seconds_left(args.max_iters - it, window["seconds"], window["steps"])
-                acc = f" | acc {window['correct'] / window['count']:.3f}" if window["count"] else ""
-                print(f"step {it}/{args.max_iters} | loss {window['loss'] / window['steps']:.4f}{acc} | lr {lr:.2e}"
-                      f" | {per_second(tokens, t_train) / 1e3:.1f}k tok/s | eta {eta / 60:.1f} min", flush=True)
-                window = dict.fromkeys(window, 0)
-            if (it % args.eval_interval == 0 or it == args.max_iters) and task.has("val"):
-                m = evaluate(run.model, task.split("val"), args.batch_size * dist.world, dist.device, run.autocast,
-                             args.eval_iters, dist=dist)
-                print(f"step {it} val: {fmt(m)}", flush=True)
-                run.write({"step": it, **{f"val_{k}": v for k, v in m.items()}, "time": round(run.seconds(), 3)})
-                run.log.flush()
-                run.save(it)
-    except KeyboardInterrupt:
-        stopped = "interrupted"
-        launch = f"torchrun --nproc_per_node={dist.world}" if dist.on else "python"
-        print(f"\ninterrupted at step {it}; continue with: {launch} train.py --resume --out_dir {args.out_dir}")
-    return it, stopped, tokens, t_train
+    it, tokens, t_train, pace = start, 0, 0.0, Pace()
+    prefix_steps = args.short_steps if task.kind != "lm" else 0
+    window = {"loss": 0.0, "correct": 0, "count": 0, "steps": 0}             # one log interval
+    while it < args.max_iters:
+        stopped = stop_reason(run, ctrl_c)
+        if stopped:
+            return it, stopped, tokens, t_train
+        t0 = time.time()
+        lr, loss, correct, count, n_tokens = train_step(run, train_model, train, task.kind, it)
+        it, tokens = it + 1, tokens + n_tokens
+        t_train += time.time() - t0
+        pace.add(time.time() - t0, it <= prefix_steps)
+        record = {"step": it, "loss": loss, "lr": lr, "time": round(run.seconds(), 3)}
+        run.write({**record, "acc": correct / count} if count else record)
+        log_attention_std(it)
+        for k, v in (("loss", loss), ("correct", correct), ("count", count), ("steps", 1)):
+            window[k] += v
+        if it % args.log_interval == 0 or it == args.max_iters:
+            limit_left = None if args.time_limit is None else 60 * args.time_limit - (time.time() - run.t_start)
+            acc = f" | acc {window['correct'] / window['count']:.3f}" if window["count"] else ""
+            print(f"step {it}/{args.max_iters} | loss {window['loss'] / window['steps']:.4f}{acc} | lr {lr:.2e}"
+                  f" | {per_second(tokens, t_train) / 1e3:.1f}k tok/s | {pace.eta(it, args, prefix_steps, limit_left)}",
+                  flush=True)
+            window = dict.fromkeys(window, 0)
+        if (it % args.eval_interval == 0 or it == args.max_iters) and task.has("val"):
+            if not evaluate_during_training(run, task, it, ctrl_c):
+                return it, "interrupted", tokens, t_train
+    return it, "max_iters", tokens, t_train
 
 
-def final_metrics(model, task, args, dist, autocast, extra):
-    """Every example of val and test, printed and written to out_dir/metrics.json with `extra` and the settings."""
-    out = {"model": args.model, "task": args.task}
+def whole_splits(model, task, args, dist, autocast, ctrl_c, label=""):
+    """Every example of val and test, printed; Interrupted by Ctrl-C."""
+    out = {}
     for split in ("val", "test"):
         if task.has(split):
             m = evaluate(model, task.split(split), args.batch_size * dist.world, dist.device, autocast, dist=dist,
-                         progress=f"evaluating {split}" if dist.master else None)
-            print(f"{split}: {fmt(m)}")
+                         progress=f"evaluating {label}{split}" if dist.master else None, stop=ctrl_c)
+            if m is None:
+                raise Interrupted(f"interrupted while evaluating {split}")
+            print(f"{label}{split}: {fmt(m)}")
             out.update({f"{split}_{k}" if k != "n" else f"n_{split}": v for k, v in m.items()})
-    out.update(extra, world_size=dist.world, config=dataclasses.asdict(model.config), args=run_args(args))
-    if dist.master:
-        data.atomic_write_text(os.path.join(args.out_dir, "metrics.json"), json.dumps(out, indent=2) + "\n")
-        print(f"wrote {os.path.join(args.out_dir, 'metrics.json')}")
     return out
 
 
-def main(argv=None):
-    t_start = time.time()
-    args, given, config_names = parse_args(sys.argv[1:] if argv is None else argv, __doc__)
+def final_metrics(model, task, args, dist, autocast, folder, ctrl_c, extra, best=None):
+    """The model's val and test metrics and, when the run kept a best.pt, best.pt's (copied when it is the final
+    step's), printed and written to out_dir/metrics.json with `extra` and the settings."""
+    out = {"model": args.model, "task": args.task, **whole_splits(model, task, args, dist, autocast, ctrl_c)}
+    out.update(extra, world_size=dist.world, config=dataclasses.asdict(model.config), args=rundir.run_args(args))
+    if best is not None and best["step"] == out["iters"]:
+        print(f"best.pt: step {best['step']}, the final model")
+        out["best"] = {"step": best["step"], **{k: v for k, v in out.items() if k.startswith(("val_", "test_"))}}
+    elif best is not None:
+        load_weights(model, dist.from_rank0(lambda: load_checkpoint(folder.file("best.pt"))["model"]), "best.pt")
+        out["best"] = {"step": best["step"], **whole_splits(model, task, args, dist, autocast, ctrl_c,
+                                                            f"best.pt (step {best['step']}) ")}
+        out["best"] = {k: v for k, v in out["best"].items() if not k.startswith("n_")}
+    folder.write_metrics(out)
+    return out
 
-    # the settings: the flags given > a resumed run's > the --init_from checkpoint's > the preset > the defaults
-    source = inherit_from(args, given)                       # --init_from: its model, its task unless given
-    batch_given = "batch_size" in given
-    ckpt = resume_state(args, given)                         # --resume: the run's own flags
-    pretrained = None
-    if args.init_from_bert and ckpt is None:                 # SimpleTRON's Section 5.3: a pretrained BERT
-        pretrained = bert.read_bert(args, given)
-    overrides = resolve(args, given, config_names, bert.BERT_FINETUNE if pretrained else None)
-    if pretrained is not None:                               # BERT's shape with the flags given: checked now
-        shape = bert.bert_model(pretrained, {**MODELS[args.model][1], **overrides}, "meta").config
-        overrides = dataclasses.asdict(shape)
-    if args.out_dir is None and args.init_from:              # beside the run it starts from, never over it
-        source_dir = os.path.dirname(os.path.abspath(args.init_from))
-        args.out_dir = os.path.relpath(source_dir + ("-eval" if args.eval_only else "-finetune"))
-    args.out_dir = args.out_dir or os.path.join("out", f"{args.model}-{args.task}")
-    check_args(args)                                         # every flag, before any data is read
-    args.device = pick_device(args.device)
-    dist = Distributed(args.device)                          # torchrun's processes, or this one alone
-    if ckpt is not None and ckpt.get("world_size", 1) != dist.world and not batch_given:
-        rescale_batch(ckpt, dist, args)                      # resumed on another number of processes
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if args.device == "cuda" else contextlib.nullcontext()
-    torch.manual_seed(args.seed)
 
-    # the model's settings: a resumed run's, the --init_from checkpoint's with the fields given, or new
-    if ckpt is not None:
-        config_dict = ckpt["config"]
-    elif source is not None:
-        config_dict = {**source["config"], **{k: v for k, v in overrides.items() if k in given}}
-    else:
-        config_dict = dict(MODELS[args.model][1], **overrides)
-    check_config(args.model, config_dict)                    # bad settings fail before any data is loaded
-    data.remove_stale_temps(args.out_dir)                    # what a killed checkpoint write left
-    task = dist.rank0_first(lambda: open_task(args, config_dict, dist))  # rank 0 first, the others read its cache
-    config_dict = fit_to_task(config_dict, task, args.task, source is not None or ckpt is not None, pretrained)
-    model = build_run_model(args, config_dict, source, ckpt, pretrained).to(args.device)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(f"{args.model} on {args.task} ({args.device}{f' x {dist.world} processes' if dist.on else ''}): "
-          f"{n_params / 1e6:.2f}M parameters | {fmt(dataclasses.asdict(model.config))}")
-    if args.time_limit is not None:                          # a preset's limit is never silent
-        print(f"training stops after {args.time_limit:g} min of wall time"
-              f"{'' if 'time_limit' in given else f' (the {args.preset} preset; --time_limit to change)'}")
-    if dist.master:
-        os.makedirs(args.out_dir, exist_ok=True)
-    if args.eval_only:
-        if source is None:
-            raise UsageError("--eval_only needs --init_from CKPT")
-        return final_metrics(model, task, args, dist, autocast, {"iters": 0, "seconds": time.time() - t_start})
+# ----------------------------------------------------------------------------------------------
+# main, in its steps
 
-    # training, from step 0 or from the checkpoint's step with its optimiser's state
+def model_line(args, dist, model):
+    """One screen line: the model, task, device, size and shape (the full config is in ckpt.pt and metrics.json)."""
+    shown = [k for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
+             if k not in UNUSED_FIELDS.get(args.model, {})]            # (TransJect has no heads)
+    shape = ", ".join(f"{k} {getattr(model.config, k)}" for k in shown)
+    where = f"{args.device}{f' x {dist.world} processes' if dist.on else ''}"
+    size = sum(p.numel() for p in model.parameters()) / 1e6
+    return f"{args.model} on {args.task} ({where}): {size:.2f}M params, {shape}"
+
+
+def train_session(args, dist, folder, task, model, ckpt, autocast, t_start):
+    """Training from step 0 or from the checkpoint's step with its optimiser's state, then the final evaluation;
+    Ctrl-C stops it between two steps (Interrupted)."""
     train = task.split("train") if args.n_train is None else task.split("train").subset(args.n_train)
     train_model = training_model(model, train, args, dist, autocast)
     optimizer = make_optimizer(model, args, args.device)
-    start, gate_start = 0, {name: p.item() for name, p in model.named_parameters() if p.dim() == 0}
     if ckpt is not None:
         if len(ckpt["optimizer"]["param_groups"]) != len(optimizer.param_groups):
             raise UsageError(f"{args.out_dir}/ckpt.pt was written by an older train.py (other optimiser groups); "
                              "start a new run instead of --resume")
         optimizer.load_state_dict(ckpt["optimizer"])
-        start, gate_start = ckpt["iter"], ckpt.get("gate_start", gate_start)
-        print(f"resuming {args.out_dir} at step {start}")
-    run = Run(args, dist, autocast, model, optimizer, gate_start, open_log(args.out_dir, ckpt, start, dist.master),
-              t_start, ckpt.get("time", 0.0) if ckpt is not None else 0.0)
-    it, stopped, tokens, t_train = train_loop(run, train_model, task, train, start)
-    run.save(it)
-    run.log.close()
-    if stopped == "interrupted" and dist.on:                 # the other processes may be anywhere: no evaluation
-        return None
-    if stopped != "max_iters":
-        print(f"stopped at step {it}: {stopped}")
-    gates = gate_report(model, gate_start, args, it)
-    for name, g in gates.items():
-        print(f"gate {name}: {g['start']:+.3f} -> {g['value']:+.3f}, {100 * g['used']:.0f}% of the "
-              f"{g['budget']:.2f} its learning rate allowed")
-    return final_metrics(model, task, args, dist, autocast,
-                         {"iters": it, "stopped": stopped, "seconds": time.time() - t_start, "train_seconds": t_train,
-                          "tokens_per_s": per_second(tokens, t_train), "n_params": n_params, "gates": gates})
+        print(f"resuming {args.out_dir} at step {ckpt['iter']}")
+    start = ckpt["iter"] if ckpt is not None else 0
+    run = Run(args, dist, autocast, model, optimizer, folder, t_start, ckpt)
+    folder.open_log(start if ckpt is not None else None, run.seconds())
+    if start < args.max_iters:                               # an older metrics.json would not describe ckpt.pt
+        folder.discard("metrics.json")
+    again = f"continue with: {rundir.resume_command(args.out_dir, dist.world)}"
+    with CtrlC(dist.master) as ctrl_c:
+        it, stopped, tokens, t_train = train_loop(run, train_model, task, train, start, ctrl_c)
+        run.save(it)
+        folder.flush()
+        if stopped == "interrupted":
+            print(f"interrupted at step {it:,} of {args.max_iters:,}; {again}", flush=True)
+            raise Interrupted(it)
+        if stopped != "max_iters":
+            print(f"stopped at step {it:,} of {args.max_iters:,} (--time_limit {args.time_limit:g} min); {again}")
+        gates = gate_report(model, run.gate_start, args, it)
+        for name, g in gates.items():
+            print(f"gate {name}: {g['start']:+.3f} -> {g['value']:+.3f}, {100 * g['used']:.0f}% of the "
+                  f"{g['budget']:.2f} its learning rate allowed")
+        extra = {"iters": it, "stopped": stopped, "seconds": time.time() - t_start, "train_seconds": t_train,
+                 "tokens_per_s": per_second(tokens, t_train), "n_params": sum(p.numel() for p in model.parameters()),
+                 "gates": gates}
+        try:
+            return final_metrics(model, task, args, dist, autocast, folder, ctrl_c, extra, folder.best)
+        except Interrupted:
+            print(f"interrupted during the final evaluation (no metrics.json); {again}", flush=True)
+            raise
+
+
+def main(argv=None):
+    t_start = time.time()
+    args, batch_given, source, ckpt, pretrained, config_dict = settings(sys.argv[1:] if argv is None else argv, __doc__)
+    dist = Distributed(args.device)                          # torchrun's processes, or this one alone
+    if ckpt is not None and ckpt.get("world_size", 1) != dist.world and not batch_given:
+        rescale_batch(ckpt, dist, args)                      # resumed on another number of processes
+    folder = dist.rank0_first(lambda: rundir.RunDir(args, dist.master))  # one train.py a folder, before any data
+    try:
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if args.device == "cuda" else contextlib.nullcontext()
+        torch.manual_seed(args.seed)
+        task = dist.rank0_first(lambda: open_task(args, config_dict, dist))  # rank 0 first, the others read its cache
+        config_dict = fit_to_task(config_dict, task, args.task, source is not None or ckpt is not None, pretrained)
+        model = build_run_model(args, config_dict, source, ckpt, pretrained).to(args.device)
+        print(model_line(args, dist, model), flush=True)
+        if args.time_limit is not None:
+            print(f"training stops after {args.time_limit:g} min of wall time (--time_limit)")
+        if not args.eval_only:
+            return train_session(args, dist, folder, task, model, ckpt, autocast, t_start)
+        with CtrlC(dist.master) as ctrl_c:
+            return final_metrics(model, task, args, dist, autocast, folder, ctrl_c,
+                                 {"iters": 0, "seconds": time.time() - t_start})
+    finally:
+        folder.release()
 
 
 if __name__ == "__main__":
@@ -510,10 +497,14 @@ if __name__ == "__main__":
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else open(os.devnull, "w")):
             main()
-    except (UsageError, data.DataError) as e:
+    except (UsageError, data.DataError, Diverged) as e:
         if int(os.environ.get("LOCAL_RANK", 0)) == 0:       # ... but for an error: once on each machine
             print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(3 if isinstance(e, Diverged) else 2)
+    except (Interrupted, KeyboardInterrupt) as e:            # Ctrl-C: its line is printed; twice: stopped at once
+        if isinstance(e, KeyboardInterrupt) and rank == 0:
+            print("\ninterrupted: stopped at once; ckpt.pt keeps its last step", file=sys.stderr)
+        sys.exit(130)
     except (MemoryError, torch.OutOfMemoryError) as e:
         print(f"error: out of memory ({data.one_line(e, 100)}): use a smaller --batch_size, --block_size or model",
               file=sys.stderr)

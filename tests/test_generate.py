@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import bench
+import config
 import diffeqformer as de
 import sample
 import simpletron as st
@@ -408,7 +409,7 @@ def test_speed_generate_records(tmp_path):
     bench.main(["--out", str(out), "--lengths", "", "--generate", "--contexts", "8,24", "--new_tokens", "2",
                 "--repeats", "1", "--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--vocab", "32", "--time_dim", "2"])
     records = json.loads((out / "speed.json").read_text())
-    assert {(r["model"], r["length"]) for r in records} == {(m, L) for m in train.MODELS for L in (8, 24)}
+    assert {(r["model"], r["length"]) for r in records} == {(m, L) for m in config.MODELS for L in (8, 24)}
     assert all(r["mode"] == "generate" and r["ms"] > 0 and r["new_tokens"] == 2 for r in records)
     state = {(r["model"], r["length"]): r["state_mb"] for r in records}
     for m in ("simpletron", "transject"):                    # a state of fixed size

@@ -283,7 +283,7 @@ class Foreign:                                               # a pickled object:
 
 def test_corrupt_checkpoints_give_one_line_and_no_unsafe_advice(tmp_path):
     good = tmp_path / "good.pt"
-    model = train.build_model("simpletron", dict(vocab_size=16, block_size=8, n_layer=1, n_embd=16, n_head=2))
+    model = config.build_model("simpletron", dict(vocab_size=16, block_size=8, n_layer=1, n_embd=16, n_head=2))
     state = {"model_name": "simpletron", "config": {}, "model": model.state_dict(), "args": {"task": "listops"}}
     torch.save(state, good)
     raw = good.read_bytes()
@@ -306,7 +306,7 @@ def test_corrupt_checkpoints_give_one_line_and_no_unsafe_advice(tmp_path):
     with pytest.raises(train.UsageError) as e:                   # a folder, not a file
         train.load_checkpoint(str(tmp_path))
     one_line(e, "is a folder")
-    other = train.build_model("simpletron", dict(vocab_size=16, block_size=8, n_layer=1, n_embd=32, n_head=2))
+    other = config.build_model("simpletron", dict(vocab_size=16, block_size=8, n_layer=1, n_embd=32, n_head=2))
     with pytest.raises(train.UsageError) as e:
         train.load_weights(other, train.load_checkpoint(str(good))["model"], "good.pt")
     one_line(e, "good.pt: its weights do not fit the model")

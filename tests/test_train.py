@@ -4,6 +4,7 @@ import contextlib
 import json
 import math
 import os
+import signal
 import time
 import subprocess
 import sys
@@ -104,7 +105,8 @@ def test_metrics_checkpoint_and_eval_on_other_data(lra, tmp_path):
     assert saved["n_test"] == 64 and saved["iters"] == 4 and saved["config"]["n_layer"] == 1
     assert (out / "metrics.json").read_text().endswith("}\n")    # a text file: its last line ends
     assert saved == json.loads(json.dumps(m))
-    assert sorted(os.listdir(out)) == ["ckpt.pt", "log.jsonl", "metrics.json"]   # no temporary file left
+    assert sorted(os.listdir(out)) == ["best.pt", "ckpt.pt", "log.jsonl", "loss.png", "metrics.json"]   # no lock,
+    # no temporary file left
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     assert ckpt["iter"] == 4 and ckpt["model_name"] == "simpletron"
 
@@ -531,19 +533,21 @@ def test_eta_at_the_pace_of_the_last_steps():
     assert train.seconds_left(0, 5.0, 4) == 0.0
 
 
-def test_an_interrupted_run_saves_its_step_and_says_how_to_continue(lra, tmp_path, monkeypatch, capsys):
+def test_ctrl_c_finishes_the_step_saves_it_and_says_how_to_continue(lra, tmp_path, monkeypatch, capsys):
     schedule = train.learning_rate
 
-    def interrupt_at_step_3(args, step):
+    def ctrl_c_during_step_3(args, step):
         if step == 3:
-            raise KeyboardInterrupt                          # Ctrl-C during the third step
+            os.kill(os.getpid(), signal.SIGINT)              # Ctrl-C during the third step
         return schedule(args, step)
-    monkeypatch.setattr(train, "learning_rate", interrupt_at_step_3)
-    m = run("--data_dir", lra, *TINY, "--max_iters", "6", "--eval_interval", "6", "--out_dir", tmp_path / "o")
-    assert m["stopped"] == "interrupted" and m["iters"] == 2
-    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 2
-    assert f"interrupted at step 2; continue with: python train.py --resume --out_dir {tmp_path / 'o'}" in \
+    monkeypatch.setattr(train, "learning_rate", ctrl_c_during_step_3)
+    with pytest.raises(train.Interrupted):
+        run("--data_dir", lra, *TINY, "--max_iters", "6", "--eval_interval", "6", "--out_dir", tmp_path / "o")
+    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 3     # the step it was in
+    assert not (tmp_path / "o" / "metrics.json").exists()   # no final evaluation: nothing passes for finished
+    assert f"interrupted at step 3 of 6; continue with: python train.py --resume --out_dir {tmp_path / 'o'}" in \
         capsys.readouterr().out
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler        # Ctrl-C is Python's again
 
 
 def test_every_step_and_process_has_its_own_dropout_seed():

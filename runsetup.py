@@ -1,0 +1,151 @@
+"""
+What a run starts from: its settings (the flags, and the checkpoint it resumes or starts from, or a pretrained
+BERT), every one checked before any data is read, and its model with its first weights once the task is known.
+"""
+
+import dataclasses
+import os
+
+import bert
+import data
+import simpletron
+from config import (LISTOPS_FLAGS, MODELS, UsageError, build_model, check_args, check_config, load_checkpoint,
+                    parse_args, pick_device, resolve)
+
+
+def settings(argv, description=None):
+    """The run's flags and its model's settings, every one checked before any data is read: the flags given > a
+    resumed run's > the --init_from checkpoint's > the preset > the defaults. Returns (args, batch_given, the
+    --init_from checkpoint, the --resume checkpoint, BERT's weights, the model's settings)."""
+    args, given, config_names = parse_args(argv, description)
+    source = inherit_from(args, given)                       # --init_from: its model, its task unless given
+    batch_given = "batch_size" in given
+    ckpt = resume_state(args, given)                  # --resume: the run's own flags
+    pretrained = None
+    if args.init_from_bert and ckpt is None:                 # SimpleTRON's Section 5.3: a pretrained BERT
+        pretrained = bert.read_bert(args, given)
+    overrides = resolve(args, given, config_names, bert.BERT_FINETUNE if pretrained else None)
+    if pretrained is not None:                               # BERT's shape with the flags given: checked now
+        shape = bert.bert_model(pretrained, {**MODELS[args.model][1], **overrides}, "meta").config
+        overrides = dataclasses.asdict(shape)
+    if args.out_dir is None and args.init_from:              # beside the run it starts from, never over it
+        source_dir = os.path.dirname(os.path.abspath(args.init_from))
+        args.out_dir = os.path.relpath(source_dir + ("-eval" if args.eval_only else "-finetune"))
+    args.out_dir = args.out_dir or os.path.join("out", f"{args.model}-{args.task}")
+    check_args(args)                                         # every flag, before any data is read
+    args.device = pick_device(args.device)
+    # the model's settings: a resumed run's, the --init_from checkpoint's with the fields given, or new
+    if ckpt is not None:
+        config_dict = ckpt["config"]
+    elif source is not None:
+        config_dict = {**source["config"], **{k: v for k, v in overrides.items() if k in given}}
+    else:
+        config_dict = dict(MODELS[args.model][1], **overrides)
+    check_config(args.model, config_dict)                    # bad settings fail before any data is loaded
+    return args, batch_given, source, ckpt, pretrained, config_dict
+
+
+def inherit_from(args, given):
+    """--init_from CKPT: the checkpoint, whose model the run takes, and its task unless --task is given (then its
+    data from the same place: --data_dir, --cache_dir, --tokenizer and the ListOps flags, unless given)."""
+    if not args.init_from:
+        return None
+    source = load_checkpoint(args.init_from)
+    args.model = source["model_name"]
+    if args.task is None:
+        args.task = source["args"]["task"]
+        for k in ("data_dir", "cache_dir", "tokenizer", *LISTOPS_FLAGS):
+            if k not in given and k in source["args"]:
+                setattr(args, k, source["args"][k])
+                given.add(k)
+    given |= {"model", "task"}
+    return source
+
+
+def resume_state(args, given):
+    """--resume: the checkpoint of the run in out_dir, whose flags fill those not given. Its model and task are
+    the run's: a --model or --task given must be the same."""
+    if not args.resume:
+        return None
+    if args.out_dir is None:
+        raise UsageError("--resume needs --out_dir, the folder of the run to continue")
+    ckpt = load_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), need=("optimizer", "iter"))
+    model, task = ckpt["model_name"], ckpt["args"]["task"]
+    for name, value in (("model", model), ("task", task)):
+        if name in given and getattr(args, name) != value:
+            raise UsageError(f"--{name} {getattr(args, name)}: {args.out_dir} holds a {model} run on {task}, which "
+                             f"--resume continues as it is; leave out --{name}, or start a new run in another "
+                             "--out_dir")
+    for k, v in ckpt["args"].items():
+        if k not in given:
+            setattr(args, k, v)
+    given |= set(ckpt["args"])
+    return ckpt
+
+
+def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):
+    """The Config fields the task decides (vocabulary, length, head, classes) where the settings leave them open.
+    A checkpoint's model must fit the task as it is; BERT's gets a new classifier."""
+    fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=task.kind, n_classes=task.n_classes)
+    for k in ("vocab_size", "head", "n_classes"):
+        if from_checkpoint and config_dict[k] != fields[k]:
+            raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {task_name} needs {fields[k]}")
+    if pretrained is not None:
+        if task.vocab_size > config_dict["vocab_size"]:
+            raise UsageError(f"--init_from_bert: the tokenizer has {task.vocab_size} ids, BERT's embedding "
+                             f"{config_dict['vocab_size']}")
+        config_dict["n_classes"] = task.n_classes
+    return {**config_dict, **{k: v for k, v in fields.items() if k not in config_dict or k == "head"}}
+
+
+def build_run_model(args, config_dict, source, ckpt, pretrained):
+    """The model and its first weights: BERT's, or the --init_from checkpoint's (then discretised by --steps),
+    with SimpleTRON's attention (--transfer_from); a resumed run's own last."""
+    if pretrained is not None:                               # SimpleTRON's Section 5.3
+        model = bert.bert_model(pretrained, {**MODELS[args.model][1], **config_dict})
+        print(f"from BERT {args.init_from_bert}: {model.config.n_layer} of {pretrained[0]['num_hidden_layers']} "
+              f"layers, {model.config.attention} attention; a new classifier on the [CLS] state (BERT's pooler is "
+              "not used)")
+    else:
+        model = build_model(args.model, config_dict)
+    if source is not None:
+        load_weights(model, source["model"], args.init_from)
+    if (args.steps is not None or args.lora_rank) and ckpt is None:
+        model = discretised(model, args, source)
+    if args.transfer_from:                                   # SimpleTRON's Section 4.2
+        simple = load_checkpoint(args.transfer_from)
+        trained = build_model(simple["model_name"], simple["config"])
+        load_weights(trained, simple["model"], args.transfer_from)
+        try:
+            simpletron.transfer_attention(trained, model)
+        except (RuntimeError, ValueError, AttributeError) as e:
+            raise UsageError(f"--transfer_from {args.transfer_from}: its attention does not fit this model "
+                             f"({data.one_line(str(e).splitlines()[0], 150)})") from None
+    if ckpt is not None:
+        load_weights(model, ckpt["model"], os.path.join(args.out_dir, "ckpt.pt"))
+    return model
+
+
+def discretised(model, args, source):
+    """DiffEqFormer's adaptive fine-tuning (6.2): the ODE of --init_from as --steps N ordinary blocks, W(t_k)
+    materialised, with LoRA of rank --lora_rank on every linear map (freezing the rest) if given."""
+    if source is None or args.steps is None or not hasattr(model, "discretize") or model.config.discrete:
+        raise UsageError("--steps N [--lora_rank r --lora_alpha a] needs --init_from CKPT, a checkpoint of the "
+                         "DiffEqFormer ODE (--model diffeqformer, not discretised already)")
+    if args.steps < 1 or args.lora_rank < 0:
+        raise UsageError("--steps must be at least 1 and --lora_rank at least 0")
+    model = model.discretize(args.steps)
+    if args.lora_rank:
+        model = model.with_lora(args.lora_rank, args.lora_alpha or args.lora_rank)
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    print(f"{'evaluating' if args.eval_only else 'fine-tuning'} the discretisation on {args.steps} Euler steps"
+          f"{f' with LoRA rank {args.lora_rank}' * bool(args.lora_rank)}: {trainable / 1e6:.2f}M trainable parameters")
+    return model
+
+
+def load_weights(model, state, path):
+    try:
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, ValueError) as e:
+        first = [line.strip() for line in str(e).splitlines() if line.strip()][:2]   # torch: a title, then the first
+        raise UsageError(f"{path}: its weights do not fit the model ({data.one_line(' '.join(first), 200)})") from None

@@ -1,0 +1,423 @@
+"""Faults lose nothing (issue 26): a loss, gradient or weight that is not finite stops the run at that step with one
+line (exit 3) and writes none of it; best.pt beside ckpt.pt; a full disk at any write leaves the earlier file as it
+was, with one line (exit 2); one train.py per folder, and a new run never replaces another's unless told; bad input
+stops before any work; Ctrl-C stops between two steps (exit 130) and the run resumes bit for bit."""
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import config
+import data
+import rundir
+import simpletron
+import train
+from test_train import TINY, losses, run, write_listops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def lra(tmp_path_factory):
+    return write_listops(tmp_path_factory.mktemp("lra"), 16, seed=1)          # 16 trees a split: fast evaluations
+
+
+def one_line(excinfo, *parts):
+    msg = str(excinfo.value)
+    assert "\n" not in msg and "Traceback" not in msg, msg
+    for part in parts:
+        assert part in msg, (part, msg)
+    return msg
+
+
+def leftovers(folder):
+    """What a run must not leave behind: temporary files and its lock."""
+    return [n for n in os.listdir(folder) if ".tmp" in n or n == "lock"]
+
+
+def records(out_dir):
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def train_py(*argv, cwd, **kw):
+    return subprocess.run([sys.executable, os.path.join(ROOT, "train.py"), *map(str, argv)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300, **kw)
+
+
+# ----------------------------------------------------------------------------------------------
+# A loss, gradient or weight that is not finite
+
+class InfiniteGradient(torch.autograd.Function):
+    """0 in the forward pass (the loss stays finite), an infinite gradient in the backward pass."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.shape = x.shape
+        return x.new_zeros(())
+
+    @staticmethod
+    def backward(ctx, g):
+        return torch.full(ctx.shape, float("inf"))
+
+
+def poison(monkeypatch, at_step, what):
+    """The training step `at_step` (counted from 1 in this process) gets a nan loss or an infinite gradient."""
+    forward, steps = simpletron.Model.forward, [0]
+
+    def poisoned(self, idx, targets=None):
+        logits, loss = forward(self, idx, targets)
+        if self.training:
+            steps[0] += 1
+            if steps[0] == at_step:
+                loss = loss * float("nan") if what == "loss" else loss + InfiniteGradient.apply(self.wte.weight)
+        return logits, loss
+    monkeypatch.setattr(simpletron.Model, "forward", poisoned)
+
+
+def checkpoint_writes(monkeypatch):
+    """The bytes of out_dir/ckpt.pt after each of its writes."""
+    written, atomic_write = [], data.atomic_write
+
+    def recording(path, write, mode="wb"):
+        atomic_write(path, write, mode)
+        if os.path.basename(path) == "ckpt.pt":
+            with open(path, "rb") as f:
+                written.append(f.read())
+    monkeypatch.setattr(data, "atomic_write", recording)
+    return written
+
+
+def test_a_nan_loss_stops_the_run_at_that_step_and_writes_none_of_it(lra, tmp_path, monkeypatch):
+    out = tmp_path / "o"
+    common = ["--data_dir", lra, *TINY, "--dropout", "0.1", "--eval_interval", "2"]
+    written = checkpoint_writes(monkeypatch)
+    poison(monkeypatch, 5, "loss")
+    with pytest.raises(train.Diverged) as e:
+        run(*common, "--max_iters", "8", "--out_dir", out)
+    best = torch.load(out / "best.pt", weights_only=True)["iter"]
+    assert one_line(e) == (f"step 5: the loss is nan; stopped before writing it: {out / 'ckpt.pt'} keeps step 4 "
+                           f"(best.pt: step {best}); lower --lr or --grad_clip")
+    assert (out / "ckpt.pt").read_bytes() == written[-1]                    # the checkpoint of step 4, as it was
+    assert torch.load(out / "ckpt.pt", weights_only=True)["iter"] == 4 and best in (2, 4)
+    assert not (out / "metrics.json").exists() and leftovers(out) == []    # no final evaluation, lock released
+    assert max(r["step"] for r in records(out)) == 4                        # step 5 is not in the log
+    for path in (out / "ckpt.pt", out / "best.pt"):                          # both load, every weight finite
+        state = config.load_checkpoint(str(path))["model"]
+        assert all(v.isfinite().all() for v in state.values() if v.is_floating_point())
+    monkeypatch.undo()                                                       # (the poison gone)
+    m = run("--resume", "--out_dir", out)                                    # resumed at step 4, replayed to 8
+    whole = run(*common, "--max_iters", "8", "--out_dir", tmp_path / "whole")
+    assert losses(out) == losses(tmp_path / "whole") and m["test_loss"] == whole["test_loss"]
+    e = run("--init_from", out / "best.pt", "--eval_only", "--out_dir", tmp_path / "ev")
+    assert e["n_test"] == 16
+
+
+def test_an_infinite_gradient_stops_the_run_before_the_optimiser_steps(lra, tmp_path, monkeypatch):
+    out = tmp_path / "o"
+    poison(monkeypatch, 3, "gradient")
+    with pytest.raises(train.Diverged) as e:
+        run("--data_dir", lra, *TINY, "--grad_clip", "0", "--max_iters", "6", "--eval_interval", "4", "--out_dir", out)
+    one_line(e, "step 3: the gradient's norm is ", "stopped before writing it: nothing written yet; "
+                "lower --lr or set --grad_clip")
+    assert not (out / "ckpt.pt").exists() and not (out / "best.pt").exists() and leftovers(out) == []
+
+
+def test_weights_that_are_not_finite_are_never_written(lra, tmp_path):
+    model = config.build_model("simpletron", dict(vocab_size=16, block_size=8, n_layer=1, n_embd=16, n_head=2))
+    args = config.parse_args(["--out_dir", str(tmp_path / "o"), "--grad_clip", "0"])[0]
+    folder = rundir.RunDir(args, master=True)
+    try:
+        with torch.no_grad():
+            model.wte.weight[3, 1] = float("inf")
+        with pytest.raises(rundir.Diverged) as e:
+            folder.checkpoint(7, args, model)
+        one_line(e, "step 7: a weight is not finite; stopped before writing it")
+        assert not (tmp_path / "o" / "ckpt.pt").exists()
+    finally:
+        folder.release()
+    assert not (tmp_path / "o").exists()                     # made by the run, left empty: removed with the lock
+
+
+def test_a_diverging_run_in_a_process_of_its_own_exits_3_with_one_line(lra, tmp_path):
+    r = train_py("--data_dir", lra, *TINY, "--lr", "1e38", "--grad_clip", "0", "--warmup", "0", "--max_iters", "30",
+                 "--eval_interval", "1", "--out_dir", tmp_path / "o", cwd=tmp_path)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 3 and len(lines) == 1 and lines[0].startswith("error: step "), r.stderr[-2000:]
+    assert "is nan" in lines[0] or "is inf" in lines[0] or "not finite" in lines[0], lines
+    assert not (tmp_path / "o" / "metrics.json").exists() and leftovers(tmp_path / "o") == []
+
+
+# ----------------------------------------------------------------------------------------------
+# best.pt
+
+def fake_val(monkeypatch, values, key):
+    """The in-training evaluations return `values` of `key` in turn (acc: classifiers, loss: language models)."""
+    evaluate, calls = train.evaluate, [0]
+
+    def faked(*a, **kw):
+        m = evaluate(*a, **kw)
+        if kw.get("progress") is None and m is not None and len(a) > 5 and a[5] is not None:     # max_batches given
+            m[key], calls[0] = values[calls[0]], calls[0] + 1
+        return m
+    monkeypatch.setattr(train, "evaluate", faked)
+
+
+def test_best_pt_is_the_highest_val_accuracy_and_metrics_json_evaluates_it(lra, tmp_path, monkeypatch):
+    out = tmp_path / "o"
+    fake_val(monkeypatch, [0.1, 0.5, 0.3, 0.5], "acc")      # steps 2, 4, 6, 8: the best is step 4 (a tie is no gain)
+    m = run("--data_dir", lra, *TINY, "--max_iters", "8", "--eval_interval", "2", "--out_dir", out)
+    best = torch.load(out / "best.pt", weights_only=True)
+    assert best["iter"] == 4 and set(best) == {"model_name", "config", "model", "args", "iter"}      # no optimiser
+    assert torch.load(out / "ckpt.pt", weights_only=True)["best"] == {"step": 4, "val_acc": 0.5}
+    assert m["iters"] == 8 and m["best"]["step"] == 4
+    assert set(m["best"]) == {"step", "val_loss", "val_acc", "test_loss", "test_acc"}
+    monkeypatch.undo()
+    e = run("--init_from", out / "best.pt", "--eval_only", "--out_dir", tmp_path / "ev")   # best.pt's own numbers
+    assert {k: m["best"][k] for k in ("val_acc", "test_acc")} == {k: e[k] for k in ("val_acc", "test_acc")}
+    assert m["best"]["test_loss"] == pytest.approx(e["test_loss"], rel=1e-6)
+    assert json.loads((out / "metrics.json").read_text())["best"] == m["best"]
+
+
+def test_best_pt_of_a_language_model_is_the_lowest_val_loss_and_the_final_one_is_copied(tmp_path, monkeypatch):
+    (tmp_path / "txt").mkdir()
+    (tmp_path / "txt" / "a.txt").write_text("to be or not to be, that is the question\n" * 40, encoding="utf-8")
+    fake_val(monkeypatch, [3.0, 2.0, 2.5, 1.5], "loss")
+    m = run("--task", "textfile", "--data_dir", tmp_path / "txt", "--tokenizer", "byte", "--block_size", "8", *TINY,
+            "--max_iters", "8", "--eval_interval", "2", "--out_dir", tmp_path / "lm", "--cache_dir", tmp_path / "c")
+    assert torch.load(tmp_path / "lm" / "best.pt", weights_only=True)["iter"] == 8
+    assert m["best"] == {"step": 8, "val_loss": m["val_loss"], "val_ppl": m["val_ppl"]}     # (textfile: no test)
+
+
+def test_best_survives_a_resume(lra, tmp_path, monkeypatch):
+    fake_val(monkeypatch, [0.4, 0.2, 0.3], "acc")
+    common = ["--data_dir", lra, *TINY, "--eval_interval", "2"]
+    run(*common, "--max_iters", "4", "--out_dir", tmp_path / "o")          # best: step 2
+    m = run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "6")    # 0.3 at step 6 is no gain over 0.4
+    assert m["best"]["step"] == 2 and torch.load(tmp_path / "o" / "best.pt", weights_only=True)["iter"] == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# A full disk at each write
+
+class FullDisk:
+    """A file whose every write fails as on a full disk (ENOSPC)."""
+
+    def __init__(self, f):
+        self.f = f
+
+    def write(self, *_):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+
+
+def full_disk(monkeypatch, module, name, nth=1):
+    """The nth file that `module` opens for writing whose name starts with `name` fails at its first write. Returns
+    {"before": the bytes of out_dir/name when that happens (None: no such file)}."""
+    real_open, seen, state = open, [0], {}
+
+    def opening(path, mode="r", *a, **kw):
+        f = real_open(path, mode, *a, **kw)
+        if any(c in mode for c in "wa") and os.path.basename(str(path)).startswith(name):
+            seen[0] += 1
+            if seen[0] == nth:
+                target = os.path.join(os.path.dirname(str(path)), name)
+                state["before"] = open(target, "rb").read() if os.path.exists(target) else None
+                return FullDisk(f)
+        return f
+    monkeypatch.setattr(module, "open", opening, raising=False)
+    return state
+
+
+@pytest.mark.parametrize("name,nth", [("ckpt.pt", 2), ("best.pt", 2), ("loss.png", 2)])
+def test_a_full_disk_while_writing_a_checkpoint_or_the_curves_keeps_the_earlier_file(lra, tmp_path, monkeypatch,
+                                                                                    name, nth):
+    out = tmp_path / "o"
+    fake_val(monkeypatch, [0.1, 0.2, 0.3], "acc")            # every evaluation a new best: best.pt written each time
+    state = full_disk(monkeypatch, data, name, nth)
+    with pytest.raises(data.DataError) as e:
+        run("--data_dir", lra, *TINY, "--max_iters", "6", "--eval_interval", "2", "--out_dir", out)
+    one_line(e, f"cannot write {out / name}: No space left on device; {out / name} is left as it was")
+    assert state["before"] and (out / name).read_bytes() == state["before"] and leftovers(out) == []
+
+
+def test_a_full_disk_while_writing_metrics_json_keeps_the_earlier_file(lra, tmp_path, monkeypatch):
+    out = tmp_path / "o"
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--out_dir", out)
+    run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", tmp_path / "ev")
+    state = full_disk(monkeypatch, data, "metrics.json")
+    with pytest.raises(data.DataError) as e:
+        run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", tmp_path / "ev")
+    one_line(e, f"cannot write {tmp_path / 'ev' / 'metrics.json'}: No space left on device")
+    assert (tmp_path / "ev" / "metrics.json").read_bytes() == state["before"] and leftovers(tmp_path / "ev") == []
+
+
+@pytest.mark.parametrize("module,name", [("data", "log.jsonl"), ("rundir", "log.jsonl")],
+                         ids=["the log rewritten at --resume", "the log appended to"])
+def test_a_full_disk_while_writing_the_log_keeps_it(lra, tmp_path, monkeypatch, module, name):
+    out = tmp_path / "o"
+    run("--data_dir", lra, *TINY, "--max_iters", "3", "--eval_interval", "2", "--out_dir", out)   # ckpt.pt: step 3
+    before = (out / "log.jsonl").read_bytes()
+    full_disk(monkeypatch, {"data": data, "rundir": rundir}[module], name)
+    with pytest.raises(data.DataError) as e:
+        run("--resume", "--out_dir", out, "--max_iters", "5")
+    one_line(e, f"cannot write {out / 'log.jsonl'}: No space left on device")
+    assert (out / "log.jsonl").read_bytes() == before and leftovers(out) == []
+
+
+def test_a_full_disk_in_a_process_of_its_own_is_one_line_and_exit_2(lra, tmp_path):
+    patch = ("import errno, os, runpy, sys; sys.path.insert(0, sys.argv[1]); import data\n"
+             "real = open\n"
+             "class Full:\n"
+             "    def __init__(self, f): self.f = f\n"
+             "    def write(self, *_): raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))\n"
+             "    def __getattr__(self, k): return getattr(self.f, k)\n"
+             "    def __enter__(self): return self\n"
+             "    def __exit__(self, *e): self.f.close()\n"
+             "data.open = lambda p, m='r', *a, **k: Full(real(p, m, *a, **k)) if 'ckpt.pt' in str(p) else real(p, m, *a, **k)\n"
+             "sys.argv = sys.argv[2:]\n"
+             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    r = subprocess.run([sys.executable, "-c", patch, ROOT, os.path.join(ROOT, "train.py"), "--data_dir", str(lra),
+                        *TINY, "--max_iters", "2", "--out_dir", str(tmp_path / "o")],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert lines[0] == (f"error: cannot write {tmp_path / 'o' / 'ckpt.pt'}: No space left on device; "
+                        f"{tmp_path / 'o' / 'ckpt.pt'} is left as it was")
+    assert leftovers(tmp_path / "o") == []
+
+
+# ----------------------------------------------------------------------------------------------
+# One run per folder
+
+def test_a_second_train_py_on_the_same_folder_stops_at_once_and_a_dead_ones_lock_is_taken(lra, tmp_path):
+    out = tmp_path / "o"
+    first = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), "--data_dir", str(lra), *TINY,
+                              "--max_iters", "100000", "--eval_interval", "2", "--out_dir", str(out)],
+                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 120
+        while not (out / "ckpt.pt").exists() and first.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert (out / "lock").read_text().strip() == str(first.pid)
+        t0 = time.time()
+        second = train_py("--data_dir", lra, *TINY, "--max_iters", "2", "--out_dir", out, cwd=tmp_path)
+        seconds = time.time() - t0
+        lines = second.stderr.strip().splitlines()
+        assert second.returncode == 2 and len(lines) == 1, second.stderr
+        assert lines[0] == (f"error: {out} is in use by another train.py (process {first.pid}): wait for it to end "
+                            "or stop it, or choose another --out_dir")
+        assert seconds < 30, seconds                         # before any data work (python and torch start: ~5 s)
+    finally:
+        first.kill()                                         # kill -9: its lock stays, naming a dead process
+        first.wait()
+    assert (out / "lock").exists()
+    step = torch.load(out / "ckpt.pt", weights_only=True)["iter"]
+    m = run("--resume", "--out_dir", out, "--max_iters", step + 2)       # the dead process's lock: taken
+    assert m["iters"] == step + 2 and leftovers(out) == []
+
+
+def test_a_lock_being_taken_right_now_is_respected(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "lock").write_text("")                 # made with O_EXCL, its process id not yet written
+    with pytest.raises(train.UsageError) as e:
+        run("--out_dir", tmp_path / "o", "--cache_dir", tmp_path / "c")
+    one_line(e, "is in use by another train.py (a process starting now)")
+
+
+def test_a_new_run_never_replaces_another_unless_told(lra, tmp_path, monkeypatch):
+    out = tmp_path / "o"
+    run("--data_dir", lra, *TINY, "--max_iters", "3", "--eval_interval", "3", "--out_dir", out)
+    saved = {n: (out / n).read_bytes() for n in ("ckpt.pt", "best.pt", "metrics.json", "log.jsonl")}
+    with monkeypatch.context() as mp:
+        mp.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+        with pytest.raises(train.UsageError) as e:
+            run("--data_dir", lra, *TINY, "--max_iters", "5", "--out_dir", out)
+    assert one_line(e) == (f"{out} holds a run (ckpt.pt at step 3): --resume to continue it, --overwrite to replace "
+                           "it, or another --out_dir")
+    assert {n: (out / n).read_bytes() for n in saved} == saved and leftovers(out) == []
+    m = run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "5", "--out_dir", out, "--overwrite")
+    assert m["iters"] == 2 and torch.load(out / "best.pt", weights_only=True)["iter"] == 2
+    assert max(r["step"] for r in records(out)) == 2         # a new log
+    run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", out.parent / "ev")
+    run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", out.parent / "ev")   # evaluations: no guard
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad input: one line, before any work
+
+def test_resume_with_another_model_or_task_is_one_line(lra, tmp_path, monkeypatch):
+    run("--data_dir", lra, *TINY, "--max_iters", "1", "--out_dir", tmp_path / "o")
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    for flags, words in ((["--model", "transject", "--task", "listops"], "--model transject: "),
+                         (["--task", "ptb"], "--task ptb: ")):
+        with pytest.raises(train.UsageError) as e:
+            run("--resume", "--out_dir", tmp_path / "o", *flags)
+        one_line(e, words, f"{tmp_path / 'o'} holds a simpletron run on listops, which --resume continues as it is")
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--model", "transject", "--n_head", "4"], "--n_head: TransJect has no attention heads (its --n_experts take "
+                                                "their place); it is no setting of --model transject"),
+    (["--model", "simpletron", "--n_experts", "4"], "unrecognized arguments: --n_experts"),
+    (["--model", "transject", "--attn_std_interval", "5"], "--attn_std_interval"),
+])
+def test_a_flag_the_model_does_not_have_is_one_line(argv, words, tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises(train.UsageError) as e:
+        run(*argv, "--out_dir", tmp_path / "o", "--cache_dir", tmp_path / "c")
+    one_line(e, words)
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_cache_dir_that_is_a_file_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(train.UsageError) as e:
+        run("--cache_dir", tmp_path / "afile", "--out_dir", tmp_path / "o")
+    one_line(e, f"--cache_dir {tmp_path / 'afile'}: {tmp_path / 'afile'} is a file, not a folder")
+
+
+# ----------------------------------------------------------------------------------------------
+# Ctrl-C
+
+def test_ctrl_c_stops_within_seconds_and_the_resumed_run_ends_as_an_uninterrupted_one(lra, tmp_path):
+    common = ["--data_dir", lra, *TINY, "--dropout", "0.1", "--max_iters", "40", "--eval_interval", "15"]
+    out = tmp_path / "o"
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), *map(str, common), "--out_dir", str(out)],
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in p.stdout:                                    # the progress lines, one a step
+        lines.append(line)
+        if line.startswith("step 5/"):
+            break
+    t0 = time.time()
+    p.send_signal(signal.SIGINT)
+    rest, err = p.communicate(timeout=60)
+    seconds = time.time() - t0
+    assert p.returncode == 130 and seconds < 5, (p.returncode, seconds, err[-2000:])
+    step = torch.load(out / "ckpt.pt", weights_only=True)["iter"]
+    assert 5 <= step < 40 and not (out / "metrics.json").exists() and leftovers(out) == []
+    assert f"interrupted at step {step} of 40; continue with: python train.py --resume --out_dir {out}\n" in rest
+    resumed = run("--resume", "--out_dir", out)
+    whole = run(*common, "--out_dir", tmp_path / "whole")
+    assert losses(out) == losses(tmp_path / "whole")                         # bit for bit, dropout included
+    for k in ("val_loss", "val_acc", "test_loss", "test_acc", "best"):
+        assert resumed[k] == whole[k], k
+    assert [r["step"] for r in records(out) if r.get("resumed")] == [step]         # the resumption, in the log
