@@ -392,8 +392,7 @@ def help_values(model, task, preset_name, listops_len=None):
     length = inspect.signature(data.TASKS[task]).parameters.get("block_size")     # the task's own length
     if length is not None and length.default is not inspect.Parameter.empty:
         values["block_size"] = length.default
-    for k in ("vocab_size", "head", "n_classes"):
-        values[k] = f"from {task}"
+    values.update({k: f"from {task}" for k in ("vocab_size", "head", "n_classes")})
     values.update({**DEFAULTS, **MODELS[model][1], **preset, "model": model, "task": task, "preset": preset_name})
     if length is not None and length.default is None:       # a length the task derives from its other options
         values["block_size"] = (int(str(listops_len or values["listops_len"]).split(",")[-1]) if task == "listops"

@@ -149,3 +149,25 @@ def load_weights(model, state, path):
     except (RuntimeError, TypeError, ValueError) as e:
         first = [line.strip() for line in str(e).splitlines() if line.strip()][:2]   # torch: a title, then the first
         raise UsageError(f"{path}: its weights do not fit the model ({data.one_line(' '.join(first), 200)})") from None
+
+
+def rescale_batch(ckpt, dist, args):
+    """A run resumed on another number of processes keeps its global batch."""
+    global_batch = args.batch_size * ckpt.get("world_size", 1)
+    if global_batch % dist.world:
+        raise UsageError(f"{args.out_dir} was trained with a global batch of {global_batch}, which "
+                         f"{dist.world} processes cannot share equally: give --batch_size")
+    args.batch_size = global_batch // dist.world
+    print(f"{dist.world} processes of --batch_size {args.batch_size} keep the run's batch of {global_batch}")
+
+
+def restore_optimizer(optimizer, ckpt, out_dir):
+    """A resumed run's optimiser state; returns the step to start from (0: a new run)."""
+    if ckpt is None:
+        return 0
+    if len(ckpt["optimizer"]["param_groups"]) != len(optimizer.param_groups):
+        raise UsageError(f"{out_dir}/ckpt.pt was written by an older train.py (other optimiser groups); "
+                         "start a new run instead of --resume")
+    optimizer.load_state_dict(ckpt["optimizer"])
+    print(f"resuming {out_dir} at step {ckpt['iter']}")
+    return ckpt["iter"]

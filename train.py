@@ -11,9 +11,10 @@ Train or evaluate any model of this project on any task, on one GPU or a CPU.
 
 Settings are layered: the model's Config defaults < what the task fixes (vocabulary, length, head) <
 the preset (--preset cpu|paper) < the flags you give. Every field of the model's Config is a flag.
-The run writes out_dir/ckpt.pt (atomically, at every evaluation), out_dir/log.jsonl and
-out_dir/metrics.json. Under torchrun (DistributedDataParallel, one device per process) --batch_size is per
-process: N processes with batch b train as one process with batch N * b (docs/multigpu.md).
+A run writes its folder, one train.py at a time (rundir.py: ckpt.pt and best.pt at every evaluation, log.jsonl,
+loss.png, metrics.json at the end). Exit status: 2 bad input or a failed write, 3 a loss that is not finite, 130
+Ctrl-C. Under torchrun (DistributedDataParallel, one device per process) --batch_size is per process: N processes
+with batch b train as one process with batch N * b (docs/multigpu.md).
 """
 
 import collections
@@ -39,7 +40,8 @@ import simpletron  # noqa: E402
 from config import LISTOPS_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint  # noqa: E402
 from ddp import Distributed, build_every_split, step_seed, unused_parameters  # noqa: E402
 from rundir import Diverged  # noqa: E402
-from runsetup import build_run_model, fit_to_task, load_weights, settings  # noqa: E402
+from runsetup import (build_run_model, fit_to_task, load_weights, rescale_batch, restore_optimizer,  # noqa: E402
+                      settings)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -154,16 +156,6 @@ def past_time_limit(minutes, seconds):
 # ----------------------------------------------------------------------------------------------
 # main's steps, in its order
 
-def rescale_batch(ckpt, dist, args):
-    """A run resumed on another number of processes keeps its global batch."""
-    global_batch = args.batch_size * ckpt.get("world_size", 1)
-    if global_batch % dist.world:
-        raise UsageError(f"{args.out_dir} was trained with a global batch of {global_batch}, which "
-                         f"{dist.world} processes cannot share equally: give --batch_size")
-    args.batch_size = global_batch // dist.world
-    print(f"{dist.world} processes of --batch_size {args.batch_size} keep the run's batch of {global_batch}")
-
-
 def open_task(args, config_dict, dist):
     """The task, every split the run uses loaded and checked (under torchrun: built and cached in full)."""
     task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
@@ -179,7 +171,7 @@ def open_task(args, config_dict, dist):
 # Training
 
 class Interrupted(Exception):
-    """Ctrl-C: the run stopped between two steps, its checkpoint written, no metrics.json (exit 130)."""
+    """Ctrl-C: the run stopped between two steps or evaluation batches; the message says how to go on (exit 130)."""
 
 
 class CtrlC:
@@ -221,9 +213,6 @@ class Run:
 
     def seconds(self):
         return self.time_before + time.time() - self.t_start
-
-    def write(self, record):
-        self.folder.write(record)
 
     def save(self, it):
         """ckpt.pt after step `it` (once a step)."""
@@ -329,7 +318,7 @@ def evaluate_during_training(run, task, it, ctrl_c):
     unit, total = ("tokens", len(split) * split.block_size) if task.kind == "lm" else ("examples", len(split))
     print(f"step {it} val ({m['n']:,} of {total:,} {unit}, --eval_iters {args.eval_iters}): "
           f"{fmt({k: v for k, v in m.items() if k != 'n'})}", flush=True)
-    run.write({"step": it, **{f"val_{k}": v for k, v in m.items()}, "time": round(run.seconds(), 3)})
+    run.folder.write({"step": it, **{f"val_{k}": v for k, v in m.items()}, "time": round(run.seconds(), 3)})
     run.folder.flush()
     run.folder.keep_if_best(it, m, args, run.model)
     run.save(it)
@@ -348,7 +337,8 @@ def train_loop(run, train_model, task, train, start, ctrl_c):
 
     def log_attention_std(it):
         if args.attn_std_interval and (it % args.attn_std_interval == 0 or it == args.max_iters) and dist.master:
-            run.write({"step": it, **simpletron.attention_std(run.model, std_batch), "time": round(run.seconds(), 3)})
+            std = simpletron.attention_std(run.model, std_batch)
+            run.folder.write({"step": it, **std, "time": round(run.seconds(), 3)})
 
     if start == 0:
         log_attention_std(0)
@@ -365,7 +355,7 @@ def train_loop(run, train_model, task, train, start, ctrl_c):
         t_train += time.time() - t0
         pace.add(time.time() - t0, it <= prefix_steps)
         record = {"step": it, "loss": loss, "lr": lr, "time": round(run.seconds(), 3)}
-        run.write({**record, "acc": correct / count} if count else record)
+        run.folder.write({**record, "acc": correct / count} if count else record)
         log_attention_std(it)
         for k, v in (("loss", loss), ("correct", correct), ("count", count), ("steps", 1)):
             window[k] += v
@@ -390,7 +380,7 @@ def whole_splits(model, task, args, dist, autocast, ctrl_c, label=""):
             m = evaluate(model, task.split(split), args.batch_size * dist.world, dist.device, autocast, dist=dist,
                          progress=f"evaluating {label}{split}" if dist.master else None, stop=ctrl_c)
             if m is None:
-                raise Interrupted(f"interrupted while evaluating {split}")
+                raise Interrupted(f"interrupted while evaluating {split} (no metrics.json)")
             print(f"{label}{split}: {fmt(m)}")
             out.update({f"{split}_{k}" if k != "n" else f"n_{split}": v for k, v in m.items()})
     return out
@@ -401,14 +391,12 @@ def final_metrics(model, task, args, dist, autocast, folder, ctrl_c, extra, best
     step's), printed and written to out_dir/metrics.json with `extra` and the settings."""
     out = {"model": args.model, "task": args.task, **whole_splits(model, task, args, dist, autocast, ctrl_c)}
     out.update(extra, world_size=dist.world, config=dataclasses.asdict(model.config), args=rundir.run_args(args))
-    if best is not None and best["step"] == out["iters"]:
-        print(f"best.pt: step {best['step']}, the final model")
-        out["best"] = {"step": best["step"], **{k: v for k, v in out.items() if k.startswith(("val_", "test_"))}}
-    elif best is not None:
-        load_weights(model, dist.from_rank0(lambda: load_checkpoint(folder.file("best.pt"))["model"]), "best.pt")
-        out["best"] = {"step": best["step"], **whole_splits(model, task, args, dist, autocast, ctrl_c,
-                                                            f"best.pt (step {best['step']}) ")}
-        out["best"] = {k: v for k, v in out["best"].items() if not k.startswith("n_")}
+    if best is not None:                                     # best.pt's weights (the model's at the final step)
+        final = best["step"] == out["iters"]
+        if not final:                                        # (rank 0 reads the file, the others get its weights)
+            load_weights(model, dist.from_rank0(lambda: load_checkpoint(folder.file("best.pt"))["model"]), "best.pt")
+        m = out if final else whole_splits(model, task, args, dist, autocast, ctrl_c, f"best.pt (step {best['step']}) ")
+        out["best"] = {"step": best["step"], **{k: v for k, v in m.items() if k.startswith(("val_", "test_"))}}
     folder.write_metrics(out)
     return out
 
@@ -432,13 +420,7 @@ def train_session(args, dist, folder, task, model, ckpt, autocast, t_start):
     train = task.split("train") if args.n_train is None else task.split("train").subset(args.n_train)
     train_model = training_model(model, train, args, dist, autocast)
     optimizer = make_optimizer(model, args, args.device)
-    if ckpt is not None:
-        if len(ckpt["optimizer"]["param_groups"]) != len(optimizer.param_groups):
-            raise UsageError(f"{args.out_dir}/ckpt.pt was written by an older train.py (other optimiser groups); "
-                             "start a new run instead of --resume")
-        optimizer.load_state_dict(ckpt["optimizer"])
-        print(f"resuming {args.out_dir} at step {ckpt['iter']}")
-    start = ckpt["iter"] if ckpt is not None else 0
+    start = restore_optimizer(optimizer, ckpt, args.out_dir)
     run = Run(args, dist, autocast, model, optimizer, folder, t_start, ckpt)
     folder.open_log(start if ckpt is not None else None, run.seconds())
     if start < args.max_iters:                               # an older metrics.json would not describe ckpt.pt
@@ -449,8 +431,7 @@ def train_session(args, dist, folder, task, model, ckpt, autocast, t_start):
         run.save(it)
         folder.flush()
         if stopped == "interrupted":
-            print(f"interrupted at step {it:,} of {args.max_iters:,}; {again}", flush=True)
-            raise Interrupted(it)
+            raise Interrupted(f"interrupted at step {it:,} of {args.max_iters:,}; {again}")
         if stopped != "max_iters":
             print(f"stopped at step {it:,} of {args.max_iters:,} (--time_limit {args.time_limit:g} min); {again}")
         gates = gate_report(model, run.gate_start, args, it)
@@ -462,9 +443,8 @@ def train_session(args, dist, folder, task, model, ckpt, autocast, t_start):
                  "gates": gates}
         try:
             return final_metrics(model, task, args, dist, autocast, folder, ctrl_c, extra, folder.best)
-        except Interrupted:
-            print(f"interrupted during the final evaluation (no metrics.json); {again}", flush=True)
-            raise
+        except Interrupted as e:
+            raise Interrupted(f"{e}; {again}") from None
 
 
 def main(argv=None):
@@ -501,9 +481,13 @@ if __name__ == "__main__":
         if int(os.environ.get("LOCAL_RANK", 0)) == 0:       # ... but for an error: once on each machine
             print(f"error: {e}", file=sys.stderr)
         sys.exit(3 if isinstance(e, Diverged) else 2)
-    except (Interrupted, KeyboardInterrupt) as e:            # Ctrl-C: its line is printed; twice: stopped at once
-        if isinstance(e, KeyboardInterrupt) and rank == 0:
-            print("\ninterrupted: stopped at once; ckpt.pt keeps its last step", file=sys.stderr)
+    except Interrupted as e:                                 # Ctrl-C: how to continue
+        if rank == 0:
+            print(e, flush=True)
+        sys.exit(130)
+    except KeyboardInterrupt:                                # a second Ctrl-C, or one before training: at once
+        if rank == 0:
+            print("\ninterrupted: stopped at once; the files written before are as they were", file=sys.stderr)
         sys.exit(130)
     except (MemoryError, torch.OutOfMemoryError) as e:
         print(f"error: out of memory ({data.one_line(e, 100)}): use a smaller --batch_size, --block_size or model",
