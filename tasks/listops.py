@@ -182,8 +182,8 @@ def generate_listops(n, seed=0, min_len=500, max_len=2000, chunk=1000, depth=LIS
             imap = pool.imap                                 # in order: deterministic
         else:
             imap = map
-        bar = stack.enter_context(tqdm(total=-(-n // chunk), unit="chunk", desc="ListOps", disable=not progress,
-                                       leave=False))
+        bar = stack.enter_context(tqdm(total=-(-n // chunk), unit="chunk", desc="ListOps", leave=False,
+                                       disable=None if progress else True))     # None: on a terminal only
         while len(seen) < n:
             before = len(seen)
             jobs = [((seed, i), chunk, min_len, max_len, depth, tuple(args)) for i in range(start, start + per_round)]

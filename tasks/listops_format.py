@@ -112,7 +112,8 @@ def read_listops_arrays(path, fix="fix or remove that line", progress=False):
     rows, labels, lineno = [], [], 0
     try:
         with open(path, "rb") as f, tqdm(total=os.path.getsize(path), unit="B", unit_scale=True, leave=False,
-                                         desc=f"reading {os.path.basename(path)}", disable=not progress) as bar:
+                                         desc=f"reading {os.path.basename(path)}",
+                                         disable=None if progress else True) as bar:
             for lineno, line in enumerate(f, 1):
                 bar.update(len(line))
                 if lineno == 1 and line.startswith(b"Source") or not line.strip():

@@ -290,7 +290,8 @@ def test_generation_shows_its_progress_over_chunks(monkeypatch):
     monkeypatch.setattr(tqdm, "tqdm", Bar)
     list(listops.generate_listops(35, seed=3, min_len=20, max_len=200, chunk=10, processes=1))
     list(listops.generate_listops(30, seed=3, min_len=20, max_len=200, chunk=10, processes=1, progress=False))
-    assert bars == [{"total": 4, "disable": False, "n": 4}, {"total": 3, "disable": True, "n": 3}]   # ceil(n / chunk)
+    assert bars == [{"total": 4, "disable": None, "n": 4}, {"total": 3, "disable": True, "n": 3}]   # ceil(n / chunk);
+    # None: tqdm shows the bar on a terminal only (a log file gets no bar glued to the next line)
 
 
 def test_a_chunk_gives_up_after_a_run_of_draws_without_a_new_tree(monkeypatch):
