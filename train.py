@@ -408,7 +408,7 @@ def model_line(args, dist, model):
     """One screen line: the model, task, device, size and shape (the full config is in ckpt.pt and metrics.json)."""
     shown = [k for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
              if k not in UNUSED_FIELDS.get(args.model, {})]            # (TransJect has no heads)
-    shape = ", ".join(f"{k} {getattr(model.config, k)}" for k in shown)
+    shape = " ".join(f"{k} {getattr(model.config, k)}" for k in shown)
     where = f"{args.device}{f' x {dist.world} processes' if dist.on else ''}"
     size = sum(p.numel() for p in model.parameters()) / 1e6
     return f"{args.model} on {args.task} ({where}): {size:.2f}M params, {shape}"

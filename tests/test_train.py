@@ -475,12 +475,18 @@ def test_time_limit_is_minutes_of_wall_time():
     assert not train.past_time_limit(13.5, 809.9) and train.past_time_limit(13.5, 810.1)
 
 
-def test_a_run_stops_at_its_time_limit_and_says_so(lra, tmp_path):
+def test_a_run_stops_at_its_time_limit_and_says_so(lra, tmp_path, capsys):
     m = run("--data_dir", lra, *TINY, "--max_iters", "50", "--time_limit", "0.0001", "--out_dir", tmp_path / "o")
     assert m["stopped"] == "time_limit (0.0001 min)" and m["iters"] == 0     # 6 ms: gone before step 1
     assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 0
+    out = capsys.readouterr().out
+    assert "training stops after 0.0001 min of wall time (--time_limit)\n" in out
+    assert (f"stopped at step 0 of 50 (--time_limit 0.0001 min); continue with: python train.py --resume --out_dir "
+            f"{tmp_path / 'o'}\n") in out
     m = run("--data_dir", lra, *TINY, "--max_iters", "3", "--time_limit", "60", "--out_dir", tmp_path / "p")
-    assert m["stopped"] == "max_iters" and m["iters"] == 3
+    assert m["stopped"] == "max_iters" and m["iters"] == 3 and "stopped at" not in capsys.readouterr().out
+    run("--data_dir", lra, *TINY, "--max_iters", "1", "--out_dir", tmp_path / "q")
+    assert "training stops" not in capsys.readouterr().out    # no limit given: none said (no preset sets one)
 
 
 def test_progress_lines_every_log_interval_and_at_the_end(lra, tmp_path, capsys):
@@ -531,6 +537,24 @@ def test_eta_at_the_pace_of_the_last_steps():
     assert train.per_second(300, 1.5) == 200.0 and train.per_second(300, 0.0) == 0.0
     assert train.seconds_left(90, 20.0, 10) == 180.0         # 10 steps in 20 s: 90 more take 180 s
     assert train.seconds_left(0, 5.0, 4) == 0.0
+    args = SimpleNamespace(max_iters=1000)
+    pace = train.Pace(window=3)
+    for seconds in (9.0, 0.6, 0.6, 0.6):                     # prefix steps; the first (9 s: warming up) drops out
+        pace.add(seconds, on_prefix=True)
+    assert pace.eta(4, args, 400) == "eta 4.0 min for the prefix steps, then longer"     # 396 x 0.6 s
+    assert pace.eta(400, args, 400) == "eta after the first full-length steps"
+    pace.add(3.0, on_prefix=False)                           # full length: its own pace, 600 x 3 s
+    assert pace.eta(400, args, 400) == "eta 30.0 min" and pace.eta(400, args, 400, 120.0) == "eta 2.0 min (--time_limit)"
+    assert pace.eta(400, args, 0) == "eta 30.0 min"          # no prefix steps (or a language model)
+    assert pace.eta(4, SimpleNamespace(max_iters=10), 400) == "eta 0.1 min"        # a run on prefixes alone
+
+
+def test_the_model_line_fits_a_screen_line_and_val_says_it_is_a_sample(lra, tmp_path, capsys):
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "o")
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "simpletron on listops (cpu): 0.04M params, n_layer 1 n_head 2 n_embd 16 block_size 2000 " \
+                     "vocab_size 16" and len(out[0]) <= 105         # about 100 characters: one line of a screen
+    assert "step 2 val (8 of 64 examples, --eval_iters 2): loss " in "\n".join(out)
 
 
 def test_ctrl_c_finishes_the_step_saves_it_and_says_how_to_continue(lra, tmp_path, monkeypatch, capsys):
