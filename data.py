@@ -24,25 +24,27 @@ The tasks of the three papers (python train.py --task NAME):
     retrieval    match  4,000   257: byte + 1             2        (none: LRA release only)  | new_aan_pairs.*.tsv
     imdb         cls    512     BPE id + 1 (gpt2: 50,258) 2        HF stanfordnlp/imdb       | aclImdb/
     agnews       cls    512     BPE id + 1 (gpt2: 50,258) 4        HF fancyzhx/ag_news       | train.csv, test.csv
-    ptb          lm     35      10,001: words + 1         -        HF ptb_text_only          | ptb.*.txt
+    ptb          lm     35      10,001: words (chars) + 1 -        HF ptb_text_only          | ptb.*.txt
     wikitext103  lm     512     BPE id (gpt2: 50,257)     -        HF Salesforce/wikitext    | wiki.*.tokens
     openwebtext  lm     1,024   BPE id (gpt2: 50,257)     -        HF Skylion007/openwebtext | nanoGPT's *.bin
     textfile     lm     256     chars + 1, or BPE id      -        (none)                    | a .txt file
 
-They live in tasks/listops.py, pathfinder.py, image.py, text.py (text, imdb, agnews), retrieval.py and lm.py
-(ptb, wikitext103, openwebtext, textfile); tasks/sources.py reads Hugging Face and tiktoken, bert.py BERT's
-WordPiece. A task's files can be prepared alone, as nanoGPT's prepare.py: python -m tasks.listops --help.
+They live in tasks/listops.py (LRA's TSV files: listops_format.py), pathfinder.py, image.py, text.py (text,
+imdb, agnews), retrieval.py and lm.py (ptb, wikitext103, openwebtext, textfile); tasks/sources.py reads Hugging
+Face and tiktoken, bert.py BERT's WordPiece. A task's files can be prepared alone, as nanoGPT's prepare.py: python -m tasks.listops --help.
 
 Token 0 is padding everywhere, so tokens that can be 0 are shifted: pixels and bytes become value + 1
 (vocabulary 257), BPE ids become id + 1 in classification. Language-model streams are never padded and
 keep the tokenizer's own ids (nanoGPT's uint16 .bin files), except the word/char vocabularies, which
 count from 1. --tokenizer picks the BPE: gpt2 (tiktoken, the default), any tiktoken encoding, byte (a
 tiktoken Encoding over the 256 byte values plus <|endoftext|>, built here: no download), char
-(textfile only), or, for imdb and agnews, a Hugging Face BERT folder: BERT's WordPiece, [CLS] text [SEP]
+(textfile and ptb), or, for imdb and agnews, a Hugging Face BERT folder: BERT's WordPiece, [CLS] text [SEP]
 in BERT's own ids ([PAD] = 0, no + 1). Everything derived is cached under --cache_dir (written atomically,
 reused, rebuilt when any source file changes) and every split is one fixed, deterministic draw (independent
-of --seed, as ListOps: every run of a task is evaluated on the same examples). Bad or missing data fails at once with a
-DataError: one line naming the file (and line) or the task, what is wrong and what to do (docs/tasks.md).
+of --seed, as ListOps: every run of a task is evaluated on the same examples). Where a release has no validation
+split (IMDb, AG News), val is held out of train (hold_out_val), never the test split. Bad or missing data fails
+at once with a DataError: one line naming the file (and line) or the task, what is wrong and what to do
+(docs/tasks.md).
 """
 
 import argparse
