@@ -388,7 +388,8 @@ def test_sample_py_textfile(tokenizer, tmp_path):
     text = "to be, or not to be: that is the question.\n" * 40
     (tmp_path / "t.txt").write_text(text)
     train.main(["--model", "transject", "--task", "textfile", "--data_dir", str(tmp_path / "t.txt"), "--tokenizer",
-                tokenizer, "--cache_dir", str(tmp_path / "cache"), "--out_dir", str(tmp_path / "run"), *TINY])
+                tokenizer, "--cache_dir", str(tmp_path / "cache"), "--out_dir", str(tmp_path / "run"),
+                *TINY[:4], *TINY[6:]])                       # TINY without --n_head: TransJect has no heads
     y, out = run_sample("--ckpt", tmp_path / "run" / "ckpt.pt", "--start", "to be", "--num_samples", 2,
                         "--max_new_tokens", 6, "--device", "cpu")
     chars = sorted(set(text))
