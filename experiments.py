@@ -375,13 +375,15 @@ def run_all(cmds, jobs):
     running = []                                             # (out_dir, process)
     for i, (d, a) in enumerate(todo):
         argv = shlex.split(a)
+        resume = os.path.isfile(os.path.join(d, "ckpt.pt"))     # a run stopped before its end: continued
+        argv += ["--resume"] * resume
         flag = next((f for f in ("--init_from", "--transfer_from") if f in argv), None)
         source = os.path.dirname(argv[argv.index(flag) + 1]) if flag else None
         while len(running) >= jobs or any(r == source for r, _ in running):
             running = reap(running)
         os.makedirs(d, exist_ok=True)
-        print(f"[{i + 1}/{len(todo)}] python train.py {a}", flush=True)
-        with open(os.path.join(d, "stdout.txt"), "w") as log:
+        print(f"[{i + 1}/{len(todo)}] python train.py {a}{' --resume' * resume}", flush=True)
+        with open(os.path.join(d, "stdout.txt"), "a" if resume else "w") as log:
             running.append((d, subprocess.Popen([sys.executable, "train.py", *argv], cwd=ROOT, env=env,
                                                 stdout=log, stderr=subprocess.STDOUT)))
     while running:
