@@ -20,7 +20,6 @@ import time
 
 import torch
 
-import curves
 import data
 from config import FLAGS, UsageError
 
@@ -176,6 +175,7 @@ class RunDir:
 
     def plot(self, short_steps, title):
         if self.master:
+            import curves                                    # (matplotlib: loaded here, not at train.py's start)
             curves.plot_run(self.file("log.jsonl"), self.file("loss.png"), short_steps=short_steps, title=title)
 
     def open_log(self, resumed_at=None, seconds=0.0):
@@ -185,6 +185,7 @@ class RunDir:
             return
         path = self.file("log.jsonl")
         if resumed_at is not None and os.path.isfile(path):
+            import curves                                    # its reader of log lines (a line cut short: None)
             with open(path) as f:
                 kept = [line for line in f if (curves.record(line) or {}).get("step", resumed_at + 1) <= resumed_at]
             data.atomic_write_text(path, "".join(kept))
