@@ -772,8 +772,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except (UsageError, data.DataError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+    data.run_main(main, UsageError)

@@ -309,6 +309,16 @@ class Task:
 # Files: finding a release's files, reading them (every failure one line naming the file), caching what is
 # derived from them under a name that changes with them, and cleaning up after killed processes.
 
+def run_main(main, *errors):
+    """A program's main() (sample.py, analyze.py, bench.py): a DataError or one of `errors` is one line on stderr
+    and exit status 2, never a traceback."""
+    try:
+        main()
+    except (DataError, *errors) as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
 def one_line(e, limit=300):
     """An exception as one short line."""
     text = " ".join(str(e).split()) or type(e).__name__
