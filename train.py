@@ -154,20 +154,6 @@ def past_time_limit(minutes, seconds):
 
 
 # ----------------------------------------------------------------------------------------------
-# main's steps, in its order
-
-def open_task(args, config_dict, dist):
-    """The task, every split the run uses loaded and checked (under torchrun: built and cached in full)."""
-    task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
-                          tokenizer=args.tokenizer, **{k: getattr(args, k) for k in LISTOPS_FLAGS},
-                          **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
-    task.open(training=not args.eval_only)
-    if dist.on:
-        build_every_split(task, args.eval_only, args.n_train)
-    return task
-
-
-# ----------------------------------------------------------------------------------------------
 # Training
 
 class Interrupted(Exception):
@@ -300,6 +286,11 @@ def train_step(run, train_model, train, kind, it):
     return lr, loss_sum, correct, count, tokens
 
 
+def prefix_steps(run, task):
+    """The steps on --short_len prefixes (none for a language model, or if a prefix holds the model's whole block)."""
+    return run.args.short_steps if task.kind != "lm" and run.args.short_len < run.model.config.block_size else 0
+
+
 def stop_reason(run, ctrl_c):
     """Why the run stops before its next step (Ctrl-C, --time_limit), the same on every process; None: it goes on."""
     late = past_time_limit(run.args.time_limit, time.time() - run.t_start)
@@ -322,7 +313,7 @@ def evaluate_during_training(run, task, it, ctrl_c):
     run.folder.flush()
     run.folder.keep_if_best(it, m, args, run.model)
     run.save(it)
-    run.folder.plot(args.short_steps if task.kind != "lm" else 0, f"{args.model} on {args.task}")
+    run.folder.plot(prefix_steps(run, task), f"{args.model} on {args.task}")
     return True
 
 
@@ -343,7 +334,7 @@ def train_loop(run, train_model, task, train, start, ctrl_c):
     if start == 0:
         log_attention_std(0)
     it, tokens, t_train, pace = start, 0, 0.0, Pace()
-    prefix_steps = args.short_steps if task.kind != "lm" else 0
+    prefix = prefix_steps(run, task)
     window = {"loss": 0.0, "correct": 0, "count": 0, "steps": 0}             # one log interval
     while it < args.max_iters:
         stopped = stop_reason(run, ctrl_c)
@@ -353,7 +344,7 @@ def train_loop(run, train_model, task, train, start, ctrl_c):
         lr, loss, correct, count, n_tokens = train_step(run, train_model, train, task.kind, it)
         it, tokens = it + 1, tokens + n_tokens
         t_train += time.time() - t0
-        pace.add(time.time() - t0, it <= prefix_steps)
+        pace.add(time.time() - t0, it <= prefix)
         record = {"step": it, "loss": loss, "lr": lr, "time": round(run.seconds(), 3)}
         run.folder.write({**record, "acc": correct / count} if count else record)
         log_attention_std(it)
@@ -363,7 +354,7 @@ def train_loop(run, train_model, task, train, start, ctrl_c):
             limit_left = None if args.time_limit is None else 60 * args.time_limit - (time.time() - run.t_start)
             acc = f" | acc {window['correct'] / window['count']:.3f}" if window["count"] else ""
             print(f"step {it}/{args.max_iters} | loss {window['loss'] / window['steps']:.4f}{acc} | lr {lr:.2e}"
-                  f" | {per_second(tokens, t_train) / 1e3:.1f}k tok/s | {pace.eta(it, args, prefix_steps, limit_left)}",
+                  f" | {per_second(tokens, t_train) / 1e3:.1f}k tok/s | {pace.eta(it, args, prefix, limit_left)}",
                   flush=True)
             window = dict.fromkeys(window, 0)
         if (it % args.eval_interval == 0 or it == args.max_iters) and task.has("val"):
@@ -403,6 +394,17 @@ def final_metrics(model, task, args, dist, autocast, folder, ctrl_c, extra, best
 
 # ----------------------------------------------------------------------------------------------
 # main, in its steps
+
+def open_task(args, config_dict, dist):
+    """The task, every split the run uses loaded and checked (under torchrun: built and cached in full)."""
+    task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
+                          tokenizer=args.tokenizer, **{k: getattr(args, k) for k in LISTOPS_FLAGS},
+                          **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
+    task.open(training=not args.eval_only)
+    if dist.on:
+        build_every_split(task, args.eval_only, args.n_train)
+    return task
+
 
 def model_line(args, dist, model):
     """One screen line: the model, task, device, size and shape (the full config is in ckpt.pt and metrics.json)."""
