@@ -5,6 +5,7 @@ the seeds, with reference baselines computed on the same split) into its block o
     python experiments.py --list                        # the tables: what each measures, how many runs
     python experiments.py --list ptb                    # one table's train.py commands
     python experiments.py ptb [--data_dir DIR]          # DIR: Mikolov's ptb.{train,valid,test}.txt
+    python experiments.py ptb-char --data_dir DIR       # the same files as characters, nanoGPT's CPU recipe
     python experiments.py listops-small                 # ListOps that separates the models, with held-out trees
     python experiments.py agnews --data_dir DIR --bert_dir BERT   # SimpleTRON §5.3 (docs/bert.md)
     python experiments.py listops-lra
