@@ -32,6 +32,8 @@ import torch
 
 if int(os.environ.get("RANK", 0)):                          # torchrun: progress bars on rank 0 only
     os.environ.setdefault("TQDM_DISABLE", "1")
+# oneDNN keeps a compiled kernel per tensor shape met; batches of hundreds of lengths kept 3 GB through them
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
 from tqdm import tqdm  # noqa: E402
 
 import data  # noqa: E402
@@ -39,7 +41,6 @@ import rundir  # noqa: E402
 import simpletron  # noqa: E402
 from config import LISTOPS_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint  # noqa: E402
 from ddp import Distributed, build_every_split, step_seed, unused_parameters  # noqa: E402
-from rundir import Diverged  # noqa: E402
 from runsetup import (build_run_model, fit_to_task, load_weights, rescale_batch, restore_optimizer,  # noqa: E402
                       settings)
 
@@ -479,13 +480,12 @@ if __name__ == "__main__":
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else open(os.devnull, "w")):
             main()
-    except (UsageError, data.DataError, Diverged) as e:
+    except (UsageError, data.DataError, rundir.Diverged) as e:
         if int(os.environ.get("LOCAL_RANK", 0)) == 0:       # ... but for an error: once on each machine
             print(f"error: {e}", file=sys.stderr)
-        sys.exit(3 if isinstance(e, Diverged) else 2)
+        sys.exit(3 if isinstance(e, rundir.Diverged) else 2)
     except Interrupted as e:                                 # Ctrl-C: how to continue
-        if rank == 0:
-            print(e, flush=True)
+        print(e, flush=True) if rank == 0 else None
         sys.exit(130)
     except KeyboardInterrupt:                                # a second Ctrl-C, or one before training: at once
         if rank == 0:

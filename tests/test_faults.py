@@ -100,7 +100,7 @@ def test_a_nan_loss_stops_the_run_at_that_step_and_writes_none_of_it(lra, tmp_pa
     common = ["--data_dir", lra, *TINY, "--dropout", "0.1", "--eval_interval", "2"]
     written = checkpoint_writes(monkeypatch)
     poison(monkeypatch, 5, "loss")
-    with pytest.raises(train.Diverged) as e:
+    with pytest.raises(rundir.Diverged) as e:
         run(*common, "--max_iters", "8", "--out_dir", out)
     best = torch.load(out / "best.pt", weights_only=True)["iter"]
     assert one_line(e) == (f"step 5: the loss is nan; stopped before writing it: {out / 'ckpt.pt'} keeps step 4 "
@@ -123,7 +123,7 @@ def test_a_nan_loss_stops_the_run_at_that_step_and_writes_none_of_it(lra, tmp_pa
 def test_an_infinite_gradient_stops_the_run_before_the_optimiser_steps(lra, tmp_path, monkeypatch):
     out = tmp_path / "o"
     poison(monkeypatch, 3, "gradient")
-    with pytest.raises(train.Diverged) as e:
+    with pytest.raises(rundir.Diverged) as e:
         run("--data_dir", lra, *TINY, "--grad_clip", "0", "--max_iters", "6", "--eval_interval", "4", "--out_dir", out)
     one_line(e, "step 3: the gradient's norm is ", "stopped before writing it: nothing written yet; "
                 "lower --lr or set --grad_clip")

@@ -655,3 +655,24 @@ def test_the_first_short_steps_train_on_prefixes(lra, tmp_path, monkeypatch):
         "--out_dir", tmp_path / "o")
     assert lengths[:2] == [5, 5] and len(lengths) == 4      # steps 1 and 2 on 5-token prefixes,
     assert min(lengths[2:]) > 5                              # then whole trees (a batch as long as its longest)
+
+
+def test_evaluating_batches_of_many_lengths_does_not_keep_memory_per_length():
+    """oneDNN keeps a compiled kernel for every tensor shape it meets (GELU's here) and, through them, pins the
+    freed memory around it; batches padded to their longest example come in hundreds of lengths, which took
+    the README's main command past 3 GB. train.py turns that cache off: 60 lengths of the main command's model
+    must not grow the process by more than 200 MB (they grew it by ~700 MB with the cache)."""
+    code = ("import torch, train, simpletron as st\n"
+            "def rss():\n"
+            "    return int(open('/proc/self/status').read().split('VmRSS:')[1].split()[0]) // 1024\n"
+            "model = st.Model(st.Config(vocab_size=16, block_size=2000, n_layer=2, n_head=4, n_embd=64,\n"
+            "                           head='cls', n_classes=10)).eval()\n"
+            "with torch.no_grad():\n"
+            "    model(torch.randint(1, 16, (16, 1500)))\n"
+            "    before = rss()\n"
+            "    for L in range(1500, 1560):\n"
+            "        model(torch.randint(1, 16, (16, L)))\n"
+            "print(rss() - before)\n")
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    assert int(out.stdout.split()[-1]) < 200, out.stdout
