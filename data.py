@@ -133,6 +133,13 @@ def prepare_main(name, argv=None, help=None):
 # ----------------------------------------------------------------------------------------------
 # Splits and tasks
 
+def reopened(a):
+    """A memory-mapped array mapped anew for one batch (any other array as it is), as nanoGPT's get_batch does:
+    a map kept open keeps every page it has read in the process's memory, the whole file after enough random
+    batches (+190 MB on LRA ListOps). The arrays mapped here are whole rows from the file's start (a[:n])."""
+    return np.memmap(a.filename, a.dtype, "r", a.offset, a.shape) if isinstance(a, np.memmap) else a
+
+
 class ClassificationSplit:
     """N examples: tokens (N, L) or (N, 2, L) for pairs, padded with 0; lengths (N,); labels (N,).
 
@@ -156,15 +163,15 @@ class ClassificationSplit:
         return ClassificationSplit(self.tokens[:n], self.labels[:n], self.doc_lengths[:n], self.offset)
 
     def truncate(self, length):
-        """The same examples cut to their first `length` tokens."""
+        """The same examples cut to their first `length` tokens (the stored rows stay whole: a batch is cut to
+        its longest example, at most `length`)."""
         if length >= self.tokens.shape[-1]:
             return self
-        return ClassificationSplit(self.tokens[..., :length], self.labels, np.minimum(self.doc_lengths, length),
-                                   self.offset)
+        return ClassificationSplit(self.tokens, self.labels, np.minimum(self.doc_lengths, length), self.offset)
 
     def _batch(self, idx):
         L = max(int(self.lengths[idx].max()), 1)             # pad only to the longest in the batch
-        x = self.tokens[idx][..., :L].astype(np.int64)
+        x = reopened(self.tokens)[idx][..., :L].astype(np.int64)
         if self.offset:                                      # stored values -> token ids, 0 past the end
             x += self.offset
             x[np.arange(L) >= self.doc_lengths[idx][..., None]] = 0
@@ -233,7 +240,8 @@ class LMSplit:
         return LMSplit(self.stream[:n], self.block_size, self.source)
 
     def _windows(self, starts):
-        w = np.stack([self.stream[s:s + self.block_size + 1] for s in starts]).astype(np.int64)
+        stream = reopened(self.stream)
+        w = np.stack([stream[s:s + self.block_size + 1] for s in starts]).astype(np.int64)
         w = torch.from_numpy(w)
         return w[:, :-1], w[:, 1:]
 

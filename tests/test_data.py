@@ -709,3 +709,29 @@ def test_train_py_reports_missing_data_in_one_line(tmp_path):
         assert time.time() - t0 < 60 and r.returncode == 2, r.stderr
         lines = r.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and all(p in lines[0] for p in parts), r.stderr
+
+
+def rss_file_mb():
+    return int(open("/proc/self/status").read().split("RssFile:")[1].split()[0]) / 1024
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc/self/status")
+def test_random_batches_of_a_mapped_file_do_not_keep_its_pages(tmp_path):
+    """A memory map kept open keeps every page it has read in the process's memory: batches drawn at random
+    from 20,000 rows of 2,000 bytes (40 MB) would end with most of the file resident (the kernel maps up to 16
+    neighbouring pages on each read). Each batch maps the file anew, so the process holds at most a batch."""
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "t.npy", rng.integers(1, 10, (20000, 2000), dtype=np.uint8))
+    np.save(tmp_path / "s.npy", rng.integers(1, 10, 20_000_000, dtype=np.uint8))
+    tokens = np.load(tmp_path / "t.npy", mmap_mode="r")
+    split = data.ClassificationSplit(tokens, np.zeros(20000, int), np.full(20000, 2000)).truncate(1500)
+    stream = data.LMSplit(np.load(tmp_path / "s.npy", mmap_mode="r")[:19_000_000], 1000)
+    before = rss_file_mb()
+    for _ in range(500):
+        split.sample(16, rng), stream.sample(16, rng)
+    assert rss_file_mb() - before < 8, rss_file_mb() - before
+    idx = np.array([19999, 3, 7])                            # and the batches read the file's rows
+    assert (split._batch(idx)[0].numpy() == np.load(tmp_path / "t.npy")[idx, :1500]).all()
+    w, y = stream._windows(np.array([0, 18_998_999]))
+    s = np.load(tmp_path / "s.npy")
+    assert (w.numpy() == np.stack([s[:1000], s[18_998_999:18_999_999]])).all() and (y[1, -1] == s[18_999_999])
