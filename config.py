@@ -192,6 +192,9 @@ FIELD_HELP = {
     "simpletron": {
         "attention": '"simple" (SimpleTRON), "softmax" (vanilla Transformer / GPT) or "softmax_naive" (the same '
                      "with its L x L scores written out: the naive baseline of speed tables)",
+        "causal_scale": 'head lm, simple attention: y_t = Q_t (sum_{s<=t} K_s^T V_s) times 1/sqrt(t) ("sqrt_t"), '
+                        '1/t ("t"), 1/sqrt(block_size) ("sqrt_block") or 1 ("none"); all but sqrt_t: our extension',
+        "chunk": "head lm, simple attention: tokens per chunk of the causal form (speed and memory only)",
         "variant": '"simple" | "res" | "resl" (Table 1) | "vanilla" (ordinary block)',
         "norm": '"post": LayerNorm after each residual sum (Transformer/BERT, the paper\'s Fig. 4); "pre": '
                 'LayerNorm before each sublayer (GPT-2, nanoGPT); "rezero": x + α f(x), α from 0, no LayerNorm '
@@ -274,10 +277,7 @@ PRESETS = {
         ("transject", "*"): dict(n_layer=2, n_embd=64, n_experts=4, dropout=0.0, lr=1e-3, warmup=100,
                                  schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
         # TransJect pools by max on LRA, by mean on (byte-level) text (appendix B.1)
-        ("transject", "listops"): dict(pool="max"),
-        ("transject", "retrieval"): dict(pool="max"),
-        ("transject", "image"): dict(pool="max"),
-        ("transject", "pathfinder"): dict(pool="max"),
+        **{("transject", t): dict(pool="max") for t in ("listops", "retrieval", "image", "pathfinder")},
     },
     "paper": {  # the papers' settings, for a GPU (SIMPLETRON_LRA, TRANSJECT_LRA, GPT_SMALL: above)
         # SimpleTRON, Table 3 (LRA). ListOps: 6 blocks, 8 heads, 512 wide (MLP 2048), lr 0.005, warm-up 1000, 15k

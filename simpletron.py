@@ -69,6 +69,10 @@ class Config:
     # this model's own fields
     attention: str = "simple"  # "simple" (SimpleTRON), "softmax" (vanilla Transformer / GPT) or "softmax_naive"
                                # (the same with its L x L scores written out: the naive baseline of speed tables)
+    causal_scale: str = "sqrt_t"  # head lm, simple attention: y_t = Q_t (sum_{s<=t} K_s^T V_s) times 1/sqrt(t)
+                               # ("sqrt_t"), 1/t ("t"), 1/sqrt(block_size) ("sqrt_block") or 1 ("none"); all but
+                               # sqrt_t: our extension
+    chunk: int = 64            # head lm, simple attention: tokens per chunk of the causal form (speed and memory only)
     variant: str = "res"       # "simple" | "res" | "resl" (Table 1) | "vanilla" (ordinary block)
     norm: str = "post"         # "post": LayerNorm after each residual sum (Transformer/BERT, the paper's
                                # Fig. 4); "pre": LayerNorm before each sublayer (GPT-2, nanoGPT);
@@ -87,10 +91,13 @@ class Config:
 
     def __post_init__(self):
         choices = dict(head=("cls", "match", "lm"), attention=("simple", "softmax", "softmax_naive"),
-                       variant=("simple", "res", "resl", "vanilla"), norm=("post", "pre", "rezero"))
+                       variant=("simple", "res", "resl", "vanilla"), norm=("post", "pre", "rezero"),
+                       causal_scale=("sqrt_t", "t", "sqrt_block", "none"))
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
+        if self.chunk < 1:
+            raise ValueError(f"chunk must be >= 1, not {self.chunk}")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
 
@@ -129,7 +136,8 @@ class OrthogonalLinear(nn.Module):
 # Attention. Both take q, k, v of shape (B, H, L, d) and a mask (B, L) of real tokens, or None.
 
 def simple_attention(q, k, v, mask):
-    """SimpleTRON, bidirectional: Q_h (K_h^T V_h) / sqrt(n), n = number of real tokens."""
+    """SimpleTRON, bidirectional: Q_h (K_h^T V_h) / sqrt(n), n = number of real tokens. The paper's scale, always:
+    Config.causal_scale changes the causal form only."""
     if mask is not None:
         k = k * mask[:, None, :, None]                       # padded tokens add nothing to K^T V
         n = mask.sum(1).clamp(min=1)[:, None, None, None]    # (B, 1, 1, 1) real tokens
@@ -140,13 +148,32 @@ def simple_attention(q, k, v, mask):
     return q @ (KV / n.to(q.dtype).sqrt())                   # (B, H, L, d); scaled while d x d; padded rows unread
 
 
-def causal_simple_attention(q, k, v, chunk=64):
+def causal_n(t, causal_scale="sqrt_t", block_size=None):
+    """The n of the causal form's 1/sqrt(n) at positions t (counted from 1: an int, or a tensor of them), by
+    Config.causal_scale. The paper's n counts the tokens summed over, so n = t is its causal reading (the default);
+    the three others are our extension, for an ablation of the scale:
+        "sqrt_t"      n = t            y_t = Q_t S_t / sqrt(t)
+        "t"           n = t^2          y_t = Q_t S_t / t: the mean of Q_t K_s^T V_s over s <= t
+        "sqrt_block"  n = block_size   y_t = Q_t S_t / sqrt(block_size), one constant at every position
+        "none"        n = 1            y_t = Q_t S_t
+    """
+    if causal_scale == "sqrt_t":
+        return t
+    if causal_scale == "t":
+        return t * t
+    if causal_scale in ("sqrt_block", "none"):               # a constant, of t's type and shape
+        return t * 0 + (block_size if causal_scale == "sqrt_block" else 1)
+    raise ValueError(f"causal_scale must be one of sqrt_t, t, sqrt_block, none, not {causal_scale!r}")
+
+
+def causal_simple_attention(q, k, v, chunk=64, causal_scale="sqrt_t", block_size=None):
     """SimpleTRON, causal. Our extension for language modelling (the paper is encoder only):
 
-        y_t = Q_t (sum_{s<=t} K_s^T V_s) / sqrt(t)
+        y_t = Q_t (sum_{s<=t} K_s^T V_s) / sqrt(n(t)),   n(t) = t by default (causal_n: Config.causal_scale)
 
     computed chunk by chunk in O(L d^2 + L chunk d): a running d x d state carries K^T V of all
-    earlier chunks, and a masked chunk x chunk product adds the chunk's own tokens.
+    earlier chunks, and a masked chunk x chunk product adds the chunk's own tokens. The chunk (>= 1) changes
+    the order of the sums, not the result.
     """
     B, H, L, d = q.shape
     pad = -L % chunk
@@ -160,7 +187,7 @@ def causal_simple_attention(q, k, v, chunk=64):
     intra = (q @ k.transpose(-2, -1)).tril() @ v             # (B, H, N, C, d) s <= t inside the chunk
     y = (inter + intra).view(B, H, N * chunk, d)[:, :, :L]
     t = torch.arange(1, L + 1, device=q.device, dtype=q.dtype)
-    return y * t.rsqrt()[:, None]                            # (B, H, L, d)
+    return y * causal_n(t, causal_scale, block_size).rsqrt()[:, None]   # (B, H, L, d) y_t / sqrt(n(t))
 
 
 def softmax_attention(q, k, v, mask, causal):
@@ -185,6 +212,7 @@ class SelfAttention(nn.Module):
         super().__init__()
         self.n_head, self.kind = config.n_head, config.attention
         self.causal = config.head == "lm"
+        self.causal_scale, self.block_size, self.chunk = config.causal_scale, config.block_size, config.chunk
         Linear = OrthogonalLinear if config.orthogonal else nn.Linear
         # Q = X Q* + q*, K = X K* + k*, V = X V* + v*, as one (D, 3D) linear     (Section 3)
         self.qkv = Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
@@ -203,7 +231,7 @@ class SelfAttention(nn.Module):
         elif self.kind == "softmax_naive":                  # the same numbers, O(L^2) memory
             y = softmax_attention_reference(q, k, v, mask, self.causal)
         elif self.causal:
-            y = causal_simple_attention(q, k, v)
+            y = causal_simple_attention(q, k, v, self.chunk, self.causal_scale, self.block_size)
         else:
             y = simple_attention(q, k, v, mask)
         y = y.transpose(1, 2).reshape(B, L, D)               # concatenate the heads
@@ -376,10 +404,11 @@ def transfer_attention(source, target):
 @torch.no_grad()
 def attention_std(model, x):
     """SimpleTRON's Fig. 5, per block, on the ids x (B, L): the standard deviation of the attention weights as the
-    paper defines them, Q K^T / sqrt(n) for SimpleTRON (n real tokens) and Q K^T / sqrt(d) for softmax (the
-    softmax left out), over every real (query, key) pair (s <= t when causal); and the standard deviation of
-    the attention sublayer's output (B, L, D) over the real tokens. Written out dense: a measurement, not the
-    model's path. Returns {"score_std": [one per block], "attn_std": [...]}."""
+    paper defines them, Q K^T / sqrt(n) for SimpleTRON (n real tokens; causal: causal_n's n(t) of the model's
+    causal_scale) and Q K^T / sqrt(d) for softmax (the softmax left out), over every real (query, key) pair (s <= t
+    when causal); and the standard deviation of the attention sublayer's output (B, L, D) over the real tokens.
+    Written out dense: a measurement, not the model's path. Returns {"score_std": [one per block],
+    "attn_std": [...]}."""
     was_training, seen = model.training, []
     model.eval()
     hooks = [block.attn.register_forward_hook(lambda module, inputs, output: seen.append((module, *inputs, output)))
@@ -399,9 +428,9 @@ def attention_std(model, x):
         pairs = real[:, None, :, None] & real[:, None, None, :]              # (B, 1, L, L)
         if attn.causal:
             pairs = pairs & torch.ones(L, L, dtype=torch.bool, device=h.device).tril()
-        if attn.kind == "simple":                            # n: real tokens (causal: the prefix length t)
-            n = (torch.arange(1, L + 1, device=h.device).double()[None, None, :, None] if attn.causal
-                 else real.sum(1).double()[:, None, None, None])
+        if attn.kind == "simple":                            # n: real tokens (causal: n(t), t the prefix length)
+            n = (causal_n(torch.arange(1, L + 1, device=h.device).double(), attn.causal_scale, attn.block_size)
+                 [None, None, :, None] if attn.causal else real.sum(1).double()[:, None, None, None])
         else:
             n = torch.tensor(float(D // H))
         scores = q @ k.transpose(-2, -1) / n.sqrt()          # (B, H, L, L)
@@ -417,9 +446,9 @@ def attention_std(model, x):
 # Causal SimpleTRON is a recurrent network. With S_t the d x d state of one head after t tokens,
 #
 #     S_t = S_{t-1} + K_t^T V_t,   S_0 = 0                                     (causal form of Section 3)
-#     y_t = Q_t S_t / sqrt(t)
+#     y_t = Q_t S_t / sqrt(n(t)),  n(t) = t by default (causal_n: Config.causal_scale)
 #
-# which is causal_simple_attention's y_t = Q_t (sum_{s<=t} K_s^T V_s) / sqrt(t) one token at a time. The state
+# which is causal_simple_attention's y_t = Q_t (sum_{s<=t} K_s^T V_s) / sqrt(n(t)) one token at a time. The state
 # of a layer is S (B, H, d, d) and the count t: a new token costs O(H d^2) per layer at any context length.
 # The softmax GPT cannot be summed up like this: it keeps every K_s, V_s (the KV cache, (B, H, t, d) per
 # layer) and a new token attends to all t of them, O(t d) per head.
@@ -459,11 +488,12 @@ def frozen(block):
                                            ("fc", block.mlp.fc), ("proj", block.mlp.proj))}
 
 
-def causal_simple_attention_step(q, k, v, S, t):
+def causal_simple_attention_step(q, k, v, S, t, causal_scale="sqrt_t", block_size=None):
     """One token of causal_simple_attention, as a recurrence. q, k, v (B, H, 1, d) of the t-th token (t counts
     from 1), S (B, H, d, d) = sum_{s<t} K_s^T V_s. Returns y_t (B, H, 1, d) and S_t."""
     S = S + k.transpose(-2, -1) @ v                          # S_t = S_{t-1} + K_t^T V_t        (B, H, d, d)
-    return q @ S / math.sqrt(t), S                           # y_t = Q_t S_t / sqrt(t)          (B, H, 1, d)
+    n = causal_n(t, causal_scale, block_size)                # t by default
+    return q @ S / math.sqrt(n), S                           # y_t = Q_t S_t / sqrt(n(t))       (B, H, 1, d)
 
 
 def attention_step(attn, x, cache, w, t0, capacity):
@@ -481,11 +511,11 @@ def attention_step(attn, x, cache, w, t0, capacity):
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:                                                # softmax(q_t K_{1..t}^T / sqrt(d)) V_{1..t}
             y = F.scaled_dot_product_attention(q, cache["K"][:, :, :t0 + T], cache["V"][:, :, :t0 + T])
-    elif t0 == 0:                                            # the prompt: the chunked parallel form, and
-        y = causal_simple_attention(q, k, v)                 # S_T = sum_{s<=T} K_s^T V_s for what follows
-        cache["S"] = k.transpose(-2, -1) @ v                 # (B, H, d, d)
+    elif t0 == 0:                                            # the prompt: the chunked parallel form, and the
+        y = causal_simple_attention(q, k, v, attn.chunk, attn.causal_scale, attn.block_size)   # state after it:
+        cache["S"] = k.transpose(-2, -1) @ v                 # S_T = sum_{s<=T} K_s^T V_s     (B, H, d, d)
     else:
-        y, cache["S"] = causal_simple_attention_step(q, k, v, cache["S"], t0 + 1)
+        y, cache["S"] = causal_simple_attention_step(q, k, v, cache["S"], t0 + 1, attn.causal_scale, attn.block_size)
     return w["out"](y.transpose(1, 2).reshape(B, T, D))      # concatenate the heads
 
 

@@ -18,8 +18,8 @@ from test_train import TINY, run, write_listops
 
 def reference_std(model, idx):
     """Block by block, with a loop over sequences, heads and (query, key) pairs: the attention weights
-    q_i . k_j / sqrt(n_i) (SimpleTRON; n the real tokens, or i + 1 causal) or / sqrt(d) (softmax), and
-    the attention sublayer's output at the real tokens."""
+    q_i . k_j / sqrt(n_i) (SimpleTRON; n the real tokens, or causal q_i . k_j * scale(i + 1) of Config.causal_scale)
+    or / sqrt(d) (softmax), and the attention sublayer's output at the real tokens."""
     c = model.config
     B, L = idx.shape
     x = model.wte(idx)
@@ -46,8 +46,13 @@ def reference_std(model, idx):
                     for j in real:
                         if causal and j > i:
                             continue
-                        n = (i + 1 if causal else len(real)) if c.attention == "simple" else d
-                        values.append(float(q[s, i, sl] @ k[s, j, sl]) / math.sqrt(n))
+                        if c.attention == "simple" and causal:   # scale(t), t = i + 1; all but sqrt_t: ours
+                            t = i + 1
+                            w = {"sqrt_t": 1 / math.sqrt(t), "t": 1 / t, "sqrt_block": 1 / math.sqrt(c.block_size),
+                                 "none": 1.0}[c.causal_scale]
+                        else:
+                            w = 1 / math.sqrt(len(real) if c.attention == "simple" else d)
+                        values.append(float(q[s, i, sl] @ k[s, j, sl]) * w)
         scores.append(torch.tensor(values, dtype=torch.float64).std().item())
         y = block.attn(h, block_mask)
         outputs.append(torch.cat([y[s, [i for i in range(x.shape[1]) if causal or mask[s, i]]]
@@ -57,6 +62,10 @@ def reference_std(model, idx):
 
 
 @pytest.mark.parametrize("kw", [dict(attention="simple", head="cls"), dict(attention="simple", head="lm"),
+                                dict(attention="simple", head="lm", causal_scale="t"),   # Config.causal_scale
+                                dict(attention="simple", head="lm", causal_scale="sqrt_block"),
+                                dict(attention="simple", head="lm", causal_scale="none"),
+                                dict(attention="simple", head="cls", causal_scale="none"),   # lm only: 1/sqrt(n)
                                 dict(attention="softmax", head="cls"), dict(attention="softmax", head="lm", norm="pre"),
                                 dict(attention="simple", head="cls", variant="resl", learned_cls=False)])
 def test_attention_std_equals_the_loop_over_pairs(kw):

@@ -66,6 +66,9 @@ MODELS = {
     "simpletron-res-post": lambda: simpletron(),
     "simpletron-simple-pre": lambda: simpletron(variant="simple", norm="pre"),
     "simpletron-resl-rezero-orthogonal": lambda: simpletron(variant="resl", norm="rezero", orthogonal=True),
+    "simpletron-scale-t-chunk5": lambda: simpletron(causal_scale="t", chunk=5),     # Config.causal_scale, ours
+    "simpletron-scale-sqrt_block": lambda: simpletron(causal_scale="sqrt_block", norm="pre"),
+    "simpletron-scale-none": lambda: simpletron(causal_scale="none", variant="resl", chunk=1),
     "gpt": lambda: simpletron(attention="softmax", variant="vanilla", norm="pre"),
     "transformer-post": lambda: simpletron(attention="softmax", variant="vanilla", norm="post"),
     "transject-exact": lambda: transject(sigma="exact"),
@@ -209,20 +212,27 @@ def test_generation_uses_no_dropout_whatever_the_mode(make):
 # ----------------------------------------------------------------------------------------------
 # recurrent states against the parallel forms, in float64
 
+# Config.causal_scale: y_t = Q_t S_t * scale(t); all but the default sqrt_t are our extension
+SCALE = {"sqrt_t": lambda t: 1 / math.sqrt(t), "t": lambda t: 1 / t, "sqrt_block": lambda t: 1 / math.sqrt(BLOCK),
+         "none": lambda t: 1.0}
+
+
+@pytest.mark.parametrize("causal_scale", SCALE)
 @pytest.mark.parametrize("L", [1, 63, 64, 65, 130])
-def test_simpletron_recurrence_equals_the_chunked_parallel_form(L):
+def test_simpletron_recurrence_equals_the_chunked_parallel_form(L, causal_scale):
     g = torch.Generator().manual_seed(L)
     q, k, v = (torch.randn(2, 3, L, 5, generator=g, dtype=torch.float64) for _ in range(3))
-    parallel = st.causal_simple_attention(q, k, v, chunk=64)  # chunks of 64: L crosses 0, 1 or 2 boundaries
+    parallel = st.causal_simple_attention(q, k, v, 64, causal_scale, BLOCK)  # chunks of 64: 0, 1 or 2 boundaries
     S = torch.zeros(2, 3, 5, 5, dtype=torch.float64)
     for t in range(1, L + 1):
-        y, S = st.causal_simple_attention_step(q[:, :, t - 1:t], k[:, :, t - 1:t], v[:, :, t - 1:t], S, t)
+        y, S = st.causal_simple_attention_step(q[:, :, t - 1:t], k[:, :, t - 1:t], v[:, :, t - 1:t], S, t,
+                                               causal_scale, BLOCK)
         # the state is sum_{s<=t} k_s^T v_s: K_{1..t}^T V_{1..t}, a dense product of the first t rows
         S_ref = k[:, :, :t].transpose(-2, -1) @ v[:, :, :t]
         torch.testing.assert_close(S, S_ref, rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(y[:, :, 0], parallel[:, :, t - 1], rtol=1e-11, atol=1e-11, msg=f"t = {t}")
-        torch.testing.assert_close(y[:, :, 0], torch.einsum("bhi,bhij->bhj", q[:, :, t - 1], S_ref) / math.sqrt(t),
-                                   rtol=1e-11, atol=1e-11)
+        y_ref = torch.einsum("bhi,bhij->bhj", q[:, :, t - 1], S_ref) * SCALE[causal_scale](t)   # Q_t S_t scale(t)
+        torch.testing.assert_close(y[:, :, 0], y_ref, rtol=1e-11, atol=1e-11)
 
 
 @pytest.mark.parametrize("L", [70, 130])

@@ -70,7 +70,14 @@ def gelu_erf(x):                                             # the exact GELU, x
     return 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))
 
 
-def ref_attention_heads(q, k, v, real, kind, causal):
+# Config.causal_scale, our extension: the factor of the causal y_t = Q_t (sum_{s<=t} K_s^T V_s) * scale(t), t from 1
+CAUSAL_SCALE = {"sqrt_t": lambda t, block_size: 1 / math.sqrt(t),              # the default
+                "t": lambda t, block_size: 1 / t,                              # the mean over s <= t
+                "sqrt_block": lambda t, block_size: 1 / math.sqrt(block_size),  # one constant
+                "none": lambda t, block_size: 1.0}
+
+
+def ref_attention_heads(q, k, v, real, kind, causal, causal_scale="sqrt_t", block_size=None):
     """One sample, one head: q, k, v (L, d), real (L,) bool. A loop over query positions t."""
     L, d = q.shape
     y = torch.zeros_like(q)
@@ -80,9 +87,10 @@ def ref_attention_heads(q, k, v, real, kind, causal):
             scores = torch.stack([q[t] @ k[s] for s in keys]) / math.sqrt(d)
             w = torch.exp(scores - scores.max())
             y[t] = sum(wi * v[s] for wi, s in zip(w / w.sum(), keys))
-        else:                                                # no softmax: sum_s (q_t . k_s) v_s / sqrt(n)
-            n = len(keys) if causal else int(real.sum())     # causal: t + 1 tokens; else the real tokens
-            y[t] = sum((q[t] @ k[s]) * v[s] for s in keys) / math.sqrt(n)
+        elif causal:                                         # no softmax: sum_{s<=t} (q_t . k_s) v_s * scale(t + 1)
+            y[t] = sum((q[t] @ k[s]) * v[s] for s in keys) * CAUSAL_SCALE[causal_scale](t + 1, block_size)
+        else:                                                # sum_s (q_t . k_s) v_s / sqrt(n), n the real tokens:
+            y[t] = sum((q[t] @ k[s]) * v[s] for s in keys) / math.sqrt(int(real.sum()))   # whatever causal_scale
     return y
 
 
@@ -95,7 +103,8 @@ def ref_self_attention(attn, x, mask, cfg, drop=1.0):
         real = torch.ones(L, dtype=torch.bool) if mask is None else mask[b]
         for h in range(H):
             q, k, v = (z[b, :, part * D + h * d: part * D + (h + 1) * d] for part in range(3))
-            y[b, :, h * d:(h + 1) * d] = ref_attention_heads(q, k, v, real, cfg.attention, cfg.head == "lm")
+            y[b, :, h * d:(h + 1) * d] = ref_attention_heads(q, k, v, real, cfg.attention, cfg.head == "lm",
+                                                             cfg.causal_scale, cfg.block_size)
     if HAS_OUT_LINEAR[cfg.variant] or cfg.attention == "softmax":
         y = ref_linear(attn.out, y, D, D)
     return drop * y
@@ -254,24 +263,46 @@ def test_causal_simple_attention_equals_masked_quadratic_form(L):
     torch.testing.assert_close(st.causal_simple_attention(q, k, v, chunk=64), ref, rtol=1e-11, atol=1e-11)
 
 
+@pytest.mark.parametrize("causal_scale", CAUSAL_SCALE)
 @pytest.mark.parametrize("L,chunk", [(11, 4), (12, 4), (3, 8), (9, 1)])
-def test_causal_simple_attention_loop_over_t(L, chunk):
-    """y_t = Q_t (sum_{s<=t} K_s^T V_s) / sqrt(t), t = 1..L, one position at a time; any chunk size."""
+def test_causal_simple_attention_loop_over_t(L, chunk, causal_scale):
+    """y_t = Q_t (sum_{s<=t} K_s^T V_s) * scale(t), t = 1..L, one position at a time; any chunk size, every scale."""
     q, k, v = qkv(B=2, H=2, L=L, d=3)
-    y = st.causal_simple_attention(q, k, v, chunk=chunk)
+    y = st.causal_simple_attention(q, k, v, chunk, causal_scale, block_size=16)
+    if causal_scale == "sqrt_t":                             # the default, as the model calls it
+        torch.testing.assert_close(st.causal_simple_attention(q, k, v, chunk=chunk), y, rtol=0, atol=0)
     for b in range(2):
         for h in range(2):
             state = torch.zeros(3, 3, dtype=DT)
             for t in range(L):
                 state = state + torch.outer(k[b, h, t], v[b, h, t])
-                torch.testing.assert_close(y[b, h, t], q[b, h, t] @ state / math.sqrt(t + 1), rtol=1e-12, atol=1e-12)
+                torch.testing.assert_close(y[b, h, t], q[b, h, t] @ state * CAUSAL_SCALE[causal_scale](t + 1, 16),
+                                           rtol=1e-12, atol=1e-12)
 
 
-def test_causal_simple_attention_hand_worked():
-    # q = k = v = 1, d = 1: y_t = t / sqrt(t) = sqrt(t)
+@pytest.mark.parametrize("causal_scale,want", [("sqrt_t", [1, 2 ** 0.5, 3 ** 0.5, 2, 5 ** 0.5]), ("t", [1] * 5),
+                                               ("sqrt_block", [0.25, 0.5, 0.75, 1, 1.25]), ("none", [1, 2, 3, 4, 5])])
+def test_causal_simple_attention_hand_worked(causal_scale, want):
+    # q = k = v = 1, d = 1: y_t = t * scale(t): sqrt(t), t / t = 1, t / sqrt(16) = t / 4, t
     ones = torch.ones(1, 1, 5, 1, dtype=DT)
-    torch.testing.assert_close(st.causal_simple_attention(ones, ones, ones, chunk=2).flatten(),
-                               torch.arange(1, 6, dtype=DT).sqrt())
+    torch.testing.assert_close(st.causal_simple_attention(ones, ones, ones, 2, causal_scale, 16).flatten(),
+                               torch.tensor(want, dtype=DT))
+    with pytest.raises(ValueError, match="causal_scale"):
+        st.causal_simple_attention(ones, ones, ones, 2, "sqrt")
+
+
+def test_the_default_causal_scale_gives_the_numbers_of_before_bit_for_bit():
+    """causal_scale "sqrt_t" is what the code computed before the option: the unscaled sums times rsqrt(t) in the
+    parallel form, divided by sqrt(t) in the recurrent step, the same bits in float32 and bfloat16."""
+    for dtype in (torch.float32, torch.bfloat16):
+        q, k, v = qkv(L=70, dtype=dtype)
+        t = torch.arange(1, 71, dtype=dtype)
+        unscaled = st.causal_simple_attention(q, k, v, 64, "none")
+        assert torch.equal(st.causal_simple_attention(q, k, v), unscaled * t.rsqrt()[:, None])
+        S = k[:, :, :4].transpose(-2, -1) @ v[:, :, :4]
+        y, _ = st.causal_simple_attention_step(q[:, :, 4:5], k[:, :, 4:5], v[:, :, 4:5], S, 5, "none")
+        assert torch.equal(st.causal_simple_attention_step(q[:, :, 4:5], k[:, :, 4:5], v[:, :, 4:5], S, 5)[0],
+                           y / math.sqrt(5))
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -411,6 +442,40 @@ def test_model_equals_reference_forward(variant, norm, attention, head):
     torch.testing.assert_close(logits, ref_logits, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(loss, ref_loss.float(), rtol=1e-6, atol=1e-6)
     assert model(idx)[1] is None
+
+
+@pytest.mark.parametrize("causal_scale", ["t", "sqrt_block", "none"])
+@pytest.mark.parametrize("head", ["lm", "cls", "match"])
+def test_model_equals_reference_forward_for_each_causal_scale(head, causal_scale):
+    """lm: the reference's scale(t) (chunks of 3 on 7 tokens); cls/match keep the paper's 1/sqrt(n) whatever it says."""
+    model = small(head=head, causal_scale=causal_scale, chunk=3)
+    idx, _ = small_batch(head)
+    torch.testing.assert_close(model(idx)[0], ref_forward(model, idx)[0], rtol=1e-10, atol=1e-10)
+
+
+def test_the_model_gives_the_causal_form_its_chunk_scale_and_block_size(monkeypatch):
+    seen, causal_simple_attention = [], st.causal_simple_attention
+    monkeypatch.setattr(st, "causal_simple_attention",
+                        lambda q, k, v, *args: seen.append(args) or causal_simple_attention(q, k, v, *args))
+    model = tiny(head="lm", chunk=5, causal_scale="sqrt_block")
+    model(torch.ones(1, 9, dtype=torch.long))
+    model.prefill(torch.ones(1, 3, dtype=torch.long))        # generation's prompt, in the parallel form
+    assert seen == [(5, "sqrt_block", 32)] * 4               # 2 layers, twice
+
+
+@pytest.mark.parametrize("causal_scale", CAUSAL_SCALE)
+def test_chunk_does_not_change_the_outputs(causal_scale):
+    """Config.chunk only regroups the sums: chunks of 1, 7, 64 and 1000 tokens (one, padded) give the same logits of
+    37 tokens in float32, up to rounding."""
+    idx = torch.randint(1, 20, (2, 37), generator=torch.Generator().manual_seed(0))
+    logits = {}
+    for chunk in (1, 7, 64, 1000):
+        torch.manual_seed(0)
+        model = st.Model(st.Config(vocab_size=20, block_size=40, n_layer=2, n_head=2, n_embd=16, dropout=0.0,
+                                   head="lm", causal_scale=causal_scale, chunk=chunk))
+        logits[chunk] = randomize(model, seed=1).eval()(idx)[0]
+    for chunk in (1, 7, 1000):
+        torch.testing.assert_close(logits[chunk], logits[64], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("orthogonal,bias,head,norm", [(True, True, "cls", "post"), (True, False, "lm", "pre"),
@@ -706,9 +771,13 @@ def test_config_rejects_bad_values():
         st.Config(variant="resx")
     with pytest.raises(ValueError, match="multiple"):
         st.Config(n_embd=10, n_head=4)
-    for name in ("head", "attention", "norm"):
+    for name in ("head", "attention", "norm", "causal_scale"):
         with pytest.raises(ValueError, match=name):
             st.Config(**{name: "nope"})
+    for chunk in (0, -3):
+        with pytest.raises(ValueError, match="chunk must be >= 1"):
+            st.Config(chunk=chunk)
+    st.Config(chunk=1, causal_scale="none")                  # accepted
     st.Config(n_embd=12, n_head=4, head="match", attention="softmax", norm="rezero", variant="vanilla")   # accepted
 
 
@@ -716,6 +785,6 @@ def test_config_defaults():
     """What Model(Config()) builds (train.py's presets override them): a change here changes every user's model."""
     assert dataclasses.asdict(st.Config()) == dict(vocab_size=32, block_size=2000, n_layer=4,
         n_head=4, n_embd=128, dropout=0.1, bias=True, head="cls", n_classes=10, attention="simple",
-        variant="res", norm="post", orthogonal=False, mlp_ratio=4, freeze_qkv=False,
+        causal_scale="sqrt_t", chunk=64, variant="res", norm="post", orthogonal=False, mlp_ratio=4, freeze_qkv=False,
         layer_norm_eps=1e-05, emb_norm=False, final_norm=True, learned_cls=True, mlp_hidden=0,
         checkpointing=False)
