@@ -164,7 +164,8 @@ def char_baselines(task, args):
                lambda s: kneser_ney(train, s, 2, V)),
               ("5-gram, interpolated Kneser–Ney (D = 0.75): the 4 characters before, also across window edges",
                lambda s: kneser_ney(train, s, 5, V))]
-    return [(name, *(bits(task.split(s), probs) for s in ("val", "test"))) for name, probs in models]
+    return [(name, *(bits(task.split(s), probs) if task.has(s) else None for s in ("val", "test")))
+            for name, probs in models]
 
 
 # The small ListOps setting: depth 3, 2-3 arguments, 5-20 tokens. Nested evaluation is learnable here in minutes,
@@ -249,6 +250,16 @@ PTB_CHAR_NOTE = (
     "predicted once (train.py's final evaluation). The baselines are counted on ptb.train.txt and scored on "
     "exactly those targets; after each baseline's name, what it conditions on (a model sees only the characters "
     "before the target inside its window: 0 to 63).")
+PTB_CHAR_ROWS = [Row("GPT (softmax, pre-LN, no bias: nanoGPT)", "--model softmax --n_head 4 --norm pre --bias false"),
+                 Row("SimpleTRON (causal, variant res)", "--model simpletron --n_head 4"),
+                 Row("TransJect (learned Σ, E = 4)", "--model transject"),
+                 Row("DiffEqFormer (4 Euler steps, d_t = 8)", "--model diffeqformer --n_head 4"),
+                 Row("Transformer + ReZero", "--model softmax --n_head 4 --norm rezero"),
+                 Row("Orthogonal Transformer (pre-LN)", "--model softmax --n_head 4 --orthogonal true")]
+TEXT_CHAR_NOTE = (
+    "Data: the file given by --data_dir, read as characters (`--task textfile --tokenizer char`: its first 90% "
+    "train, the last 10% val, as nanoGPT's shakespeare_char; no test split). Bits per character and the n-gram "
+    "baselines as in ptb-char, counted on the first 90% and scored on every target of val's full windows.")
 LISTOPS_LRA = ("--task listops --max_iters 1000 --batch_size 16 --lr 5e-4 --warmup 100 --schedule cosine "
                "--short_steps 400 --short_len 64 --n_layer 2 --n_embd 64 --dropout 0.0 --eval_interval 500")
 
@@ -286,12 +297,33 @@ TABLES = {
         "Penn Treebank, characters: nanoGPT's CPU recipe (4 layers, 128 wide, 64-character windows, batch 12, "
         "2,000 steps)",
         PTB_CHAR,
-        [Row("GPT (softmax, pre-LN, no bias: nanoGPT)", "--model softmax --n_head 4 --norm pre --bias false"),
-         Row("SimpleTRON (causal, variant res)", "--model simpletron --n_head 4"),
-         Row("TransJect (learned Σ, E = 4)", "--model transject"),
-         Row("DiffEqFormer (4 Euler steps, d_t = 8)", "--model diffeqformer --n_head 4"),
-         Row("Transformer + ReZero", "--model softmax --n_head 4 --norm rezero"),
-         Row("Orthogonal Transformer (pre-LN)", "--model softmax --n_head 4 --orthogonal true")],
+        PTB_CHAR_ROWS, char_baselines, unit="bpc", note=PTB_CHAR_NOTE),
+    # The same rows on any text file (train.py --task textfile: its first 90% train, the last 10% val, no test)
+    "text-char": Table(
+        "A text file of your choice, characters (--data_dir FILE): ptb-char's recipe and rows",
+        PTB_CHAR.replace("--task ptb", "--task textfile"),
+        [Row(r.name, r.flags) for r in PTB_CHAR_ROWS],
+        char_baselines, unit="bpc", note=TEXT_CHAR_NOTE),
+    # Why the causal linear models trail on characters: one change per row, the rest as in ptb-char
+    "ptb-char-simpletron": Table(
+        "Causal SimpleTRON on Penn Treebank characters, one change per row (ptb-char's recipe)",
+        PTB_CHAR,
+        [Row("SimpleTRON (causal, variant res)", "--model simpletron --n_head 4"),
+         *(Row(name, f"--model simpletron --n_head 4 {flag}") for name, flag in (
+             ("LayerNorm before each sublayer (pre)", "--norm pre"), ("variant simple", "--variant simple"),
+             ("variant resl", "--variant resl"), ("variant vanilla (ordinary block)", "--variant vanilla"),
+             ("scale 1/t (a running mean)", "--causal_scale t"),
+             ("scale 1/sqrt(block_size), constant", "--causal_scale sqrt_block"), ("no scale", "--causal_scale none"),
+             ("chunk 16 (the same function)", "--chunk 16")))],
+        char_baselines, unit="bpc", note=PTB_CHAR_NOTE),
+    "ptb-char-transject": Table(
+        "Causal TransJect on Penn Treebank characters, one change per row (ptb-char's recipe)",
+        PTB_CHAR,
+        [Row("TransJect (learned Σ, E = 4)", "--model transject"),
+         *(Row(name, f"--model transject {flag}") for name, flag in (
+             ("Σ exact (running eigenvalues)", "--sigma exact"), ("Σ random, fixed", "--sigma random"),
+             ("one expert (no expert gate)", "--n_experts 1"), ("8 experts", "--n_experts 8"),
+             ("gates α_l fixed at their start", "--gate_lr_scale 0")))],
         char_baselines, unit="bpc", note=PTB_CHAR_NOTE),
     "listops-small": Table(
         "Small ListOps (depth 3, 2–3 arguments, 5–20 tokens; 96,000 / 2,000 / 2,000 trees): 2 layers, 64 wide, "
@@ -453,7 +485,7 @@ def render(name, table, seeds, data_dir, baselines):
             key, scale = ("ppl", 1) if lm else ("acc", 100)
         params = f"{ms[0]['n_params'] / 1e6:.2f}M" if ms[0]['n_params'] >= 1e6 else f"{ms[0]['n_params'] / 1e3:.0f}k"
         rows.append((row.name, row.flags, params, mean_std([scale * m[f"val_{key}"] for m in ms], digits),
-                     mean_std([scale * m[f"test_{key}"] for m in ms], digits), gate_cell(ms)))
+                     mean_std([scale * m[f"test_{key}"] for m in ms if f"test_{key}" in m], digits), gate_cell(ms)))
         for label, flags in row.evals:
             es = [load_metrics(eval_dir(name, row, label, s)) for s in seeds]
             rows.append((f"↳ {label}", flags, "", mean_std([scale * m[f"val_{key}"] for m in es if f"val_{key}" in m],
@@ -471,7 +503,8 @@ def render(name, table, seeds, data_dir, baselines):
     n = load_metrics(run_dir(name, table.rows[0], seeds[0]))
     hours = sum(load_metrics(run_dir(name, row, s)).get("seconds", 0) for row in table.rows for s in seeds) / 3600
     lines += ["", *([table.note, ""] if table.note else []),
-              f"n_val = {n['n_val']:,}, n_test = {n['n_test']:,}. Machine: {machine()}. "
+              f"n_val = {n['n_val']:,}" + (f", n_test = {n['n_test']:,}" if "n_test" in n else "") +
+              f". Machine: {machine()}. "
               f"The runs took {hours:.1f} h together (each run's seconds, from metrics.json)."]
     return "\n".join(lines)
 
@@ -512,7 +545,7 @@ def list_tables(name, seeds, data_dir, bert_dir):
             evals = len(seeds) * sum(len(row.evals) for row in table.rows)
             runs = (f"{len(table.rows) * len(seeds)} runs" + (f" + {evals} evaluations" if evals else "")
                     if table.rows else "computed here, no training")
-            print(f"  {name:<14} {table.title.split(': ')[0]} [{runs}]")
+            print(f"  {name:<19} {table.title.split(': ')[0]} [{runs}]")
         return
     if name not in TABLES:
         sys.exit(f"error: choose a table: {', '.join(TABLES)} (or --list)")

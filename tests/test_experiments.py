@@ -73,3 +73,20 @@ def test_a_bpc_table_reports_bits_per_character(tmp_path, monkeypatch):
     assert "| *baseline: unigram, add-one: no context* | | | 4.500 | 4.250 |" in text
     assert experiments.PTB_CHAR_NOTE in text and "python experiments.py ptb-char --data_dir DIR" in text
     assert "n_val = 399,744, n_test = 449,920." in text and "The runs took 3.0 h together" in text
+
+
+def test_a_text_file_table_has_no_test_split_and_says_so(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    table = experiments.TABLES["text-char"]
+    assert "--task textfile --tokenizer char" in table.common
+    assert table.common.replace("--task textfile", "--task ptb") == experiments.TABLES["ptb-char"].common
+    assert [(r.name, r.flags) for r in table.rows] == [(r.name, r.flags) for r in experiments.TABLES["ptb-char"].rows]
+    for row in table.rows:
+        d = tmp_path / experiments.run_dir("text-char", row, 0)
+        d.mkdir(parents=True)
+        (d / "metrics.json").write_text(json.dumps({
+            "model": "softmax", "val_loss": 1.5 * math.log(2), "val_ppl": 2 ** 1.5, "n_params": 802304,
+            "config": {"n_layer": 4}, "n_val": 111488, "seconds": 600}))
+    text = experiments.render("text-char", table, [0], "FILE", [("unigram, add-one: no context", 4.5, None)])
+    assert "802k | 1.500 ± 0.000 | – |" in text and "| *baseline: unigram, add-one: no context* | | | 4.500 | – |" in text
+    assert "n_val = 111,488. Machine" in text and "n_test" not in text
