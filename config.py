@@ -200,6 +200,7 @@ FIELD_HELP = {
                 'LayerNorm before each sublayer (GPT-2, nanoGPT); "rezero": x + α f(x), α from 0, no LayerNorm '
                 "(ReZero)",
         "orthogonal": "every weight matrix of the blocks orthogonal (Orthogonal Transformer)",
+        "residual_init": "GPT-2: the projections into the residual stream at std 0.02/sqrt(2 n_layer)",
         "mlp_ratio": "MLP width = mlp_ratio * n_embd (Table 3: 256 -> 1024)",
         "freeze_qkv": "true: q/k/v are not trained (attention transfer, Section 4.2; --transfer_from sets it)",
         "layer_norm_eps": "every LayerNorm's eps (BERT: 1e-12)",
@@ -256,8 +257,7 @@ PRESETS = {
     "cpu": {   # small and fast: each trains in minutes on a 2-core CPU
         ("simpletron", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
                                   schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
-        # the README's main command: 8 min on an idle 2-core CPU, 35% test accuracy. 400 steps on 64-token prefixes
-        # first: at full length the first ~4,000 steps sit at the label prior (17%) before anything is learned
+        # the main command (8 min, 35%): 64-token prefixes first, as full length sits at the prior for ~4,000 steps
         ("simpletron", "listops"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=5e-4, warmup=100,
                                         schedule="cosine", max_iters=1500, batch_size=16, short_steps=400,
                                         short_len=64, eval_interval=500),

@@ -78,6 +78,7 @@ class Config:
                                # Fig. 4); "pre": LayerNorm before each sublayer (GPT-2, nanoGPT);
                                # "rezero": x + α f(x), α from 0, no LayerNorm (ReZero)
     orthogonal: bool = False   # every weight matrix of the blocks orthogonal (Orthogonal Transformer)
+    residual_init: bool = False  # GPT-2: the projections into the residual stream at std 0.02/sqrt(2 n_layer)
     mlp_ratio: int = 4         # MLP width = mlp_ratio * n_embd (Table 3: 256 -> 1024)
     freeze_qkv: bool = False   # attention transfer (Section 4.2): q/k/v are not trained
     # BERT's exact block (from_bert below); the defaults are this file's own model
@@ -98,6 +99,8 @@ class Config:
                 raise ValueError(f"{name} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}")
         if self.chunk < 1:
             raise ValueError(f"chunk must be >= 1, not {self.chunk}")
+        if self.residual_init and self.orthogonal:
+            raise ValueError("residual_init sets the scale of ordinary weights; orthogonal ones have none")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be a multiple of n_head ({self.n_head})")
 
@@ -304,6 +307,10 @@ class Model(nn.Module):
                                                 nn.Linear(hidden, hidden // 2), nn.ReLU(),
                                                 nn.Linear(hidden // 2, c.n_classes))
         self.apply(self._init_weights)
+        if c.residual_init:                                  # GPT-2 / nanoGPT: the projections into the residual
+            for name, p in self.named_parameters():          # stream start smaller, by 1/sqrt(2 n_layer)
+                if name.endswith(("attn.out.weight", "mlp.proj.weight")):
+                    nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layer))
 
     @staticmethod
     def _init_weights(module):                               # GPT-2 / nanoGPT initialisation

@@ -785,6 +785,28 @@ def test_config_defaults():
     """What Model(Config()) builds (train.py's presets override them): a change here changes every user's model."""
     assert dataclasses.asdict(st.Config()) == dict(vocab_size=32, block_size=2000, n_layer=4,
         n_head=4, n_embd=128, dropout=0.1, bias=True, head="cls", n_classes=10, attention="simple",
-        causal_scale="sqrt_t", chunk=64, variant="res", norm="post", orthogonal=False, mlp_ratio=4, freeze_qkv=False,
+        causal_scale="sqrt_t", chunk=64, variant="res", norm="post", orthogonal=False, residual_init=False,
+        mlp_ratio=4, freeze_qkv=False,
         layer_norm_eps=1e-05, emb_norm=False, final_norm=True, learned_cls=True, mlp_hidden=0,
         checkpointing=False)
+
+
+def test_residual_init_is_gpt2s_smaller_start_of_the_two_projections_into_the_residual_stream():
+    """nanoGPT (GPT-2): every Linear and Embedding at N(0, 0.02), then attn.out and mlp.proj at N(0, 0.02 /
+    sqrt(2 n_layer)), drawn after the others. Off, the draws are the same as before the option existed."""
+    def build(**kw):
+        torch.manual_seed(0)
+        return st.Model(st.Config(head="lm", attention="softmax", norm="pre", bias=False, n_layer=8, n_embd=256,
+                                  vocab_size=300, block_size=16, **kw))
+    plain, scaled = build(), build(residual_init=True)
+    for name, p in scaled.named_parameters():
+        q = dict(plain.named_parameters())[name]
+        if name.endswith(("attn.out.weight", "mlp.proj.weight")):
+            assert abs(p.std().item() - 0.02 / math.sqrt(16)) < 0.0005, name          # 0.005
+            assert abs(q.std().item() - 0.02) < 0.0005
+        else:
+            assert torch.equal(p, q), name                   # the same draws: the projections are drawn last
+    assert {n for n, _ in scaled.named_parameters() if n.endswith(("attn.out.weight", "mlp.proj.weight"))} == \
+        {f"blocks.{i}.{w}" for i in range(8) for w in ("attn.out.weight", "mlp.proj.weight")}
+    with pytest.raises(ValueError, match="residual_init"):
+        st.Config(residual_init=True, orthogonal=True)
