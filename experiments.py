@@ -255,7 +255,9 @@ PTB_CHAR_ROWS = [Row("GPT (softmax, pre-LN, no bias: nanoGPT)", "--model softmax
                  Row("TransJect (learned Σ, E = 4)", "--model transject"),
                  Row("DiffEqFormer (4 Euler steps, d_t = 8)", "--model diffeqformer --n_head 4"),
                  Row("Transformer + ReZero", "--model softmax --n_head 4 --norm rezero"),
-                 Row("Orthogonal Transformer (pre-LN)", "--model softmax --n_head 4 --orthogonal true")]
+                 Row("Orthogonal Transformer (pre-LN)", "--model softmax --n_head 4 --orthogonal true"),
+                 Row("GPT with nanoGPT's init (residual projections at 0.02/sqrt(2L))",
+                     "--model softmax --n_head 4 --norm pre --bias false --residual_init true")]
 TEXT_CHAR_NOTE = (
     "Data: the file given by --data_dir, read as characters (`--task textfile --tokenizer char`: its first 90% "
     "train, the last 10% val, as nanoGPT's shakespeare_char; no test split). Bits per character and the n-gram "

@@ -40,9 +40,9 @@ def test_list_of_one_table_gives_its_commands(capsys):
 
 def test_ptb_char_is_nanogpts_recipe_for_six_rows(capsys):
     by_name = {line.split()[0]: line for line in listed(capsys)[1:]}
-    assert by_name["ptb-char"].endswith("Penn Treebank, characters [18 runs]")
+    assert by_name["ptb-char"].endswith("Penn Treebank, characters [21 runs]")
     commands = [line.strip() for line in listed(capsys, "ptb-char", "--data_dir", "DIR") if "train.py" in line]
-    assert len(commands) == 18 and all("--task ptb --tokenizer char" in c and "--data_dir DIR" in c for c in commands)
+    assert len(commands) == 21 and all("--task ptb --tokenizer char" in c and "--data_dir DIR" in c for c in commands)
     recipe = ("--n_layer 4 --n_embd 128 --block_size 64 --batch_size 12 --max_iters 2000 --lr 1e-3 --schedule cosine "
               "--min_lr 0.1 --beta2 0.99 --weight_decay 0.1 --dropout 0.0 --warmup 100 --grad_clip 1.0 "
               "--eval_interval 250 --eval_iters 20")
@@ -72,7 +72,7 @@ def test_a_bpc_table_reports_bits_per_character(tmp_path, monkeypatch):
     assert "| 2.500 ± 0.010 | 2.550 ± 0.010 |" in text                            # the sixth row
     assert "| *baseline: unigram, add-one: no context* | | | 4.500 | 4.250 |" in text
     assert experiments.PTB_CHAR_NOTE in text and "python experiments.py ptb-char --data_dir DIR" in text
-    assert "n_val = 399,744, n_test = 449,920." in text and "The runs took 3.0 h together" in text
+    assert "n_val = 399,744, n_test = 449,920." in text and "The runs took 3.5 h together" in text
 
 
 def test_a_text_file_table_has_no_test_split_and_says_so(tmp_path, monkeypatch):
