@@ -316,7 +316,8 @@ TABLES = {
              ("variant resl", "--variant resl"), ("variant vanilla (ordinary block)", "--variant vanilla"),
              ("scale 1/t (a running mean)", "--causal_scale t"),
              ("scale 1/sqrt(block_size), constant", "--causal_scale sqrt_block"), ("no scale", "--causal_scale none"),
-             ("chunk 16 (the same function)", "--chunk 16")))],
+             ("chunk 16 (the same function)", "--chunk 16"))),
+         Row("softmax attention in the same block (post-LN, res)", "--model softmax --n_head 4 --variant res")],
         char_baselines, unit="bpc", note=PTB_CHAR_NOTE),
     "ptb-char-transject": Table(
         "Causal TransJect on Penn Treebank characters, one change per row (ptb-char's recipe)",
