@@ -12,6 +12,7 @@ import inspect
 import math
 import os
 import pickle
+import platform
 import re
 import warnings
 
@@ -111,6 +112,18 @@ def pick_device(name):
     if name != "auto":
         return name
     return "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+
+
+def machine(device="cpu"):
+    """What a number was measured on: the CPU, its cores, the GPU when `device` is CUDA, torch's version."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpu = torch.cuda.get_device_name() if str(device).startswith("cuda") else "no GPU"
+    return f"{cpu}, {os.cpu_count()} cores, {gpu}, torch {torch.__version__}"
 
 
 # ----------------------------------------------------------------------------------------------

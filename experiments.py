@@ -24,7 +24,6 @@ import dataclasses
 import json
 import math
 import os
-import platform
 import re
 import shlex
 import statistics
@@ -55,6 +54,8 @@ class Table:
     note: str = ""            # a paragraph under the table (the data, what the baselines see)
     compute: object = None    # instead of training runs: function(seeds) -> markdown, computed in this process
     prepare: object = None    # function() run before the training runs (e.g. held-out data they are evaluated on)
+    column: object = None     # (header, function(run_dirs, baselines) -> cell): one more column, e.g. from log.jsonl
+    report: object = None     # function(name, table, seeds) -> markdown, instead of the one-row-a-run table
 
 
 # ----------------------------------------------------------------------------------------------
@@ -185,6 +186,30 @@ def listops_small_heldout():
     subprocess.run(cmd, cwd=ROOT, check=True)
 
 
+def task_of(run):
+    """The task a finished run trained on, rebuilt from its metrics.json (baselines on exactly its splits)."""
+    import data
+    import tasks  # noqa: F401  (registers every task)
+    m = load_metrics(run)
+    a = m["args"]
+    return data.load_task(a["task"], cache_dir=a["cache_dir"], data_dir=a["data_dir"], tokenizer=a["tokenizer"],
+                          block_size=a.get("block_size") or m["config"]["block_size"],
+                          **{k: v for k, v in a.items() if k.startswith("listops_")}), a
+
+
+def first_below_bigram(run_dirs, baselines):
+    """Per seed, the first step whose in-training val perplexity (--eval_iters batches, from log.jsonl) is below
+    the Kneser-Ney bigram's val perplexity; "never" and the lowest value logged where none is."""
+    from curves import column, read_log
+    bigram = next(v for name, v, _ in baselines if name.startswith("bigram"))
+    cells = []
+    for d in run_dirs:
+        steps, ppl = column(read_log(os.path.join(d, "log.jsonl"))["val"], "val_ppl")
+        below = np.flatnonzero(ppl < bigram)
+        cells.append(f"{int(steps[below[0]]):,}" if len(below) else f"never (lowest {ppl.min():.1f})")
+    return " / ".join(cells)
+
+
 def listops_rules(task, args):
     from tasks.listops import listops_split
     from tasks.listops_rules import listops_baselines
@@ -208,6 +233,7 @@ def deq_grid(seeds):
     PTB-shaped models (4 layers, 128 wide, d_t = 8; 2 x 64 random tokens; float64): |X_n - X_ref| / |X_ref - X_0|
     with X_ref from 4,096 RK4 steps, each stage's weights W(t) made at its own t."""
     import torch
+    import config
     import diffeqformer as D
     steps = (4, 8, 16, 64, 256, 1024)
     errors = {n: [] for n in steps}
@@ -228,7 +254,7 @@ def deq_grid(seeds):
     return ("**DiffEqFormer's Euler grid against its own flow, at initialisation** (4 layers, 128 wide, d_t = 8, "
             f"PTB's vocabulary, 2 × 64 random tokens, float64; seeds {', '.join(map(str, seeds))}). Each entry is "
             "`|X_n − X_ref| / |X_ref − X_0|` at t = 1, X_ref from 4,096 RK4 steps. Reproduce: "
-            f"`python experiments.py deq-grid`.\n\n" + "\n".join(lines) + f"\n\nMachine: {machine()}.")
+            f"`python experiments.py deq-grid`.\n\n" + "\n".join(lines) + f"\n\nMachine: {config.machine()}.")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -236,6 +262,10 @@ def deq_grid(seeds):
 
 PTB = ("--task ptb --n_layer 4 --n_embd 128 --block_size 64 --batch_size 16 --max_iters 600 --lr 1e-3 --beta2 0.95 "
        "--warmup 15 --schedule cosine --min_lr 0.1 --grad_clip 1.0 --eval_interval 300 --dropout 0.0")
+# The same shape trained 8x longer with dropout: about 5.5 passes over PTB's 930k training tokens
+PTB_LONG = ("--task ptb --n_layer 4 --n_embd 128 --block_size 64 --batch_size 16 --max_iters 5000 --lr 1e-3 "
+            "--beta2 0.95 --warmup 100 --schedule cosine --min_lr 0.1 --grad_clip 1.0 --eval_interval 250 "
+            "--eval_iters 40 --dropout 0.1")
 DISCRETE = (("`discretize(4)`, the training grid", "--steps 4 --eval_only"),
             ("`discretize(8)`, no training", "--steps 8 --eval_only"),
             ("8 steps, LoRA rank 4, 150 steps", "--steps 8 --lora_rank 4 --max_iters 150 --eval_interval 150"))
@@ -265,8 +295,50 @@ TEXT_CHAR_NOTE = (
 LISTOPS_LRA = ("--task listops --max_iters 1000 --batch_size 16 --lr 5e-4 --warmup 100 --schedule cosine "
                "--short_steps 400 --short_len 64 --n_layer 2 --n_embd 64 --dropout 0.0 --eval_interval 500")
 
-LISTOPS_SMALL = (f"--task listops {LISTOPS_SMALL_SETTING} --max_iters 3000 --batch_size 32 --lr 1e-3 --warmup 100 "
-                 "--schedule cosine --n_layer 2 --n_embd 64 --dropout 0.0 --eval_interval 1000")
+LISTOPS_RECIPE = ("--max_iters 3000 --batch_size 32 --lr 1e-3 --warmup 100 --schedule cosine --n_layer 2 --n_embd 64 "
+                  "--dropout 0.0 --eval_interval 1000")
+LISTOPS_SMALL = f"--task listops {LISTOPS_SMALL_SETTING} {LISTOPS_RECIPE}"
+LISTOPS_MODELS = (("SimpleTRON", "--model simpletron --n_head 4"), ("softmax Transformer", "--model softmax --n_head 4"),
+                  ("TransJect", "--model transject --pool max"),
+                  ("DiffEqFormer", "--model diffeqformer --n_head 4 --time_dim 8"))
+# ListOps at nine difficulties (depth x most arguments), 10-60 tokens, 20,000 training trees, the same recipe
+SWEEP = [(depth, most) for depth in (3, 4, 5) for most in (3, 4, 5)]
+
+
+def sweep_setting(depth, most):
+    return f"--listops_depth {depth} --listops_args 2,{most} --listops_len 10,60 --listops_sizes 20000,2000,2000"
+
+
+def sweep_report(name, table, seeds):
+    """One line a difficulty: each model's test accuracy (mean ± std over the seeds; bold where the mean is above the
+    top-level digits rule) beside the two rules fitted on that setting's training trees and scored on its test trees."""
+    from tasks.listops_rules import listops_baselines
+    models = [m for m, _ in LISTOPS_MODELS]
+    lines = [f"**{table.title}.** Seeds {', '.join(map(str, seeds))}; test accuracy (%), mean ± standard deviation "
+             "over the seeds, **bold** where the mean is above the top-level digits rule of the same test trees.",
+             f"Reproduce (and rewrite this block): `python experiments.py {name}`. Common flags: `{table.common}`; "
+             f"each line adds `{sweep_setting('D', 'M')}` and each column its model's flags "
+             f"({', '.join(f'{m}: `{f}`' for m, f in LISTOPS_MODELS)}).", "",
+             "| depth | arguments | " + " | ".join(models) + " | top-level operator rule | top-level digits rule |",
+             "|---:|---|" + "---:|" * (len(models) + 2)]
+    above, all_runs = dict.fromkeys(models, 0), []
+    for depth, most in SWEEP:
+        runs = [[run_dir(name, r, s) for s in seeds] for r in table.rows
+                if r.flags.startswith(sweep_setting(depth, most) + " ")]
+        all_runs += runs
+        task, _ = task_of(runs[0][0])
+        rules = listops_baselines(task.split("train"), test=task.split("test"))["test"]
+        cells = []
+        for model, dirs in zip(models, runs):
+            accs = [100 * load_metrics(d)["test_acc"] for d in dirs]
+            bold = statistics.mean(accs) > 100 * rules["top_digits"]
+            above[model] += bold
+            cells.append(f"**{mean_std(accs, 2)}**" if bold else mean_std(accs, 2))
+        lines.append(f"| {depth} | 2–{most} | " + " | ".join(cells) +
+                     f" | {100 * rules['top_operator']:.2f} | {100 * rules['top_digits']:.2f} |")
+    return "\n".join(lines + ["", "Above the top-level digits rule: " + ", ".join(
+        f"{m} in {k} of {len(SWEEP)} settings" for m, k in above.items()) +
+        f". n_test = {load_metrics(runs[0][0])['n_test']:,} trees a setting. Machine: {run_machine([d for dirs in all_runs for d in dirs])}."])
 HELDOUT_EVAL = (("held-out trees (second generator)", f"--eval_only --data_dir {HELDOUT}"),)
 
 # SimpleTRON §5.3 at CPU scale: a BERT-architecture checkpoint (all-MiniLM-L6-v2) fine-tuned with softmax attention,
@@ -295,6 +367,15 @@ TABLES = {
          Row("TransJect (learned Σ, E = 4)", "--model transject"),
          Row("Transformer + ReZero", "--model softmax --n_head 4 --norm rezero")],
         lm_baselines),
+    "ptb-long": Table(
+        "Penn Treebank, word level, longer: 4 layers, 128 wide, 64-token windows, batch 16, dropout 0.1, 5,000 steps",
+        PTB_LONG,
+        [Row("GPT (softmax, pre-LN)", "--model softmax --n_head 4 --norm pre"),
+         Row("DiffEqFormer (4 Euler steps, d_t = 8)", "--model diffeqformer --n_head 4 --time_dim 8"),
+         Row("SimpleTRON (causal, variant res)", "--model simpletron --n_head 4"),
+         Row("TransJect (learned Σ, E = 4)", "--model transject")],
+        lm_baselines, column=("first step below the bigram's val ppl (in-training val, 40 batches), per seed",
+                              first_below_bigram)),
     "ptb-char": Table(
         "Penn Treebank, characters: nanoGPT's CPU recipe (4 layers, 128 wide, 64-character windows, batch 12, "
         "2,000 steps)",
@@ -328,6 +409,13 @@ TABLES = {
              ("one expert (no expert gate)", "--n_experts 1"), ("8 experts", "--n_experts 8"),
              ("gates α_l fixed at their start", "--gate_lr_scale 0")))],
         char_baselines, unit="bpc", note=PTB_CHAR_NOTE),
+    "listops-sweep": Table(
+        "ListOps at nine difficulties (depth 3, 4, 5 × 2–3, 2–4, 2–5 arguments; 10–60 tokens; 20,000 / 2,000 / "
+        "2,000 trees): the small-ListOps recipe (2 layers, 64 wide, batch 32, 3,000 steps)",
+        f"--task listops {LISTOPS_RECIPE}",
+        [Row(f"depth {depth}, 2-{most} arguments, {model}", f"{sweep_setting(depth, most)} {flags}")
+         for depth, most in SWEEP for model, flags in LISTOPS_MODELS],
+        report=sweep_report),
     "listops-small": Table(
         "Small ListOps (depth 3, 2–3 arguments, 5–20 tokens; 96,000 / 2,000 / 2,000 trees): 2 layers, 64 wide, "
         "batch 32, 3,000 steps",
@@ -488,40 +576,38 @@ def render(name, table, seeds, data_dir, baselines):
             key, scale = ("ppl", 1) if lm else ("acc", 100)
         params = f"{ms[0]['n_params'] / 1e6:.2f}M" if ms[0]['n_params'] >= 1e6 else f"{ms[0]['n_params'] / 1e3:.0f}k"
         rows.append((row.name, row.flags, params, mean_std([scale * m[f"val_{key}"] for m in ms], digits),
-                     mean_std([scale * m[f"test_{key}"] for m in ms if f"test_{key}" in m], digits), gate_cell(ms)))
+                     mean_std([scale * m[f"test_{key}"] for m in ms if f"test_{key}" in m], digits), gate_cell(ms),
+                     table.column[1]([run_dir(name, row, s) for s in seeds], baselines) if table.column else ""))
         for label, flags in row.evals:
             es = [load_metrics(eval_dir(name, row, label, s)) for s in seeds]
             rows.append((f"↳ {label}", flags, "", mean_std([scale * m[f"val_{key}"] for m in es if f"val_{key}" in m],
                                                             digits),
-                         mean_std([scale * m[f"test_{key}"] for m in es], digits), ""))
+                         mean_std([scale * m[f"test_{key}"] for m in es], digits), "", ""))
     unit = "bits per character" if bpc else "ppl" if lm else "acc (%)"
-    any_gates = any(r[5] for r in rows)
-    lines.append(f"| model | flags | parameters | val {unit} | test {unit} |" + (" gates after training |" if any_gates else ""))
-    lines.append("|---|---|---:|---:|---:|" + ("---|" if any_gates else ""))
+    show = (any(r[5] for r in rows), bool(table.column))      # the gates column, the table's own column
+    extra = [h for h, on in zip(("gates after training", table.column and table.column[0]), show) if on]
+    lines.append(f"| model | flags | parameters | val {unit} | test {unit} |" + "".join(f" {h} |" for h in extra))
+    lines.append("|---|---|---:|---:|---:|" + "---|" * len(extra))
     for r in rows:
-        lines.append(f"| {r[0]} | `{r[1]}` | {r[2]} | {r[3]} | {r[4]} |" + (f" {r[5]} |" if any_gates else ""))
+        lines.append(f"| {r[0]} | `{r[1]}` | {r[2]} | {r[3]} | {r[4]} |" +
+                     "".join(f" {c} |" for c, on in zip(r[5:], show) if on))
     for b, v, t in baselines:
         v, t = (("–" if x is None else f"{x:.{digits}f}" if lm else f"{100 * x:.2f}") for x in (v, t))
-        lines.append(f"| *baseline: {b}* | | | {v} | {t} |" + (" |" if any_gates else ""))
+        lines.append(f"| *baseline: {b}* | | | {v} | {t} |" + " |" * len(extra))
     n = load_metrics(run_dir(name, table.rows[0], seeds[0]))
     hours = sum(load_metrics(run_dir(name, row, s)).get("seconds", 0) for row in table.rows for s in seeds) / 3600
     lines += ["", *([table.note, ""] if table.note else []),
               f"n_val = {n['n_val']:,}" + (f", n_test = {n['n_test']:,}" if "n_test" in n else "") +
-              f". Machine: {machine()}. "
+              f". Machine: {run_machine([run_dir(name, r, s) for r in table.rows for s in seeds])}. "
               f"The runs took {hours:.1f} h together (each run's seconds, from metrics.json)."]
     return "\n".join(lines)
 
 
-def machine():
-    import torch
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    gpu = f", {torch.cuda.get_device_name()}" if torch.cuda.is_available() else ", no GPU"
-    return f"{cpu}, {os.cpu_count()} cores{gpu}, torch {torch.__version__}"
+def run_machine(dirs):
+    """The machine(s) the runs were trained on, from their metrics.json (this one's where a run has none)."""
+    import config
+    found = [load_metrics(d).get("machine") for d in dirs]
+    return "; ".join(dict.fromkeys(m or config.machine() for m in found))
 
 
 def write_block(name, text, path=RESULTS_MD):
@@ -599,15 +685,9 @@ def main(argv=None):
         run_all(cmds, a.jobs)
     baselines = []
     if table.baselines is not None:
-        import data
-        import tasks  # noqa: F401  (registers every task)
-        first = load_metrics(run_dir(a.table, table.rows[0], seeds[0]))["args"]
-        task = data.load_task(first["task"], cache_dir=first["cache_dir"], data_dir=first["data_dir"],
-                              tokenizer=first["tokenizer"], block_size=first.get("block_size") or
-                              load_metrics(run_dir(a.table, table.rows[0], seeds[0]))["config"]["block_size"],
-                              **{k: v for k, v in first.items() if k.startswith("listops_")})
-        baselines = table.baselines(task, first)
-    text = render(a.table, table, seeds, a.data_dir, baselines)
+        baselines = table.baselines(*task_of(run_dir(a.table, table.rows[0], seeds[0])))
+    text = (table.report(a.table, table, seeds) if table.report else
+            render(a.table, table, seeds, a.data_dir, baselines))
     write_block(a.table, text)
     print(text)
     print(f"wrote the block results:{a.table} of {os.path.relpath(RESULTS_MD)}")

@@ -39,7 +39,7 @@ from tqdm import tqdm  # noqa: E402
 import data  # noqa: E402
 import rundir  # noqa: E402
 import simpletron  # noqa: E402
-from config import LISTOPS_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint  # noqa: E402
+from config import LISTOPS_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint, machine  # noqa: E402
 from ddp import Distributed, build_every_split, step_seed, unused_parameters  # noqa: E402
 from runsetup import (build_run_model, fit_to_task, load_weights, rescale_batch, restore_optimizer,  # noqa: E402
                       settings)
@@ -382,7 +382,8 @@ def final_metrics(model, task, args, dist, autocast, folder, ctrl_c, extra, best
     """The model's val and test metrics and, when the run kept a best.pt, best.pt's (copied when it is the final
     step's), printed and written to out_dir/metrics.json with `extra` and the settings."""
     out = {"model": args.model, "task": args.task, **whole_splits(model, task, args, dist, autocast, ctrl_c)}
-    out.update(extra, world_size=dist.world, config=dataclasses.asdict(model.config), args=rundir.run_args(args))
+    out.update(extra, world_size=dist.world, machine=machine(dist.device), config=dataclasses.asdict(model.config),
+               args=rundir.run_args(args))
     if best is not None:                                     # best.pt's weights (the model's at the final step)
         final = best["step"] == out["iters"]
         if not final:                                        # (rank 0 reads the file, the others get its weights)
@@ -458,7 +459,7 @@ def main(argv=None):
         rescale_batch(ckpt, dist, args)                      # resumed on another number of processes
     folder = dist.rank0_first(lambda: rundir.RunDir(args, dist.master))  # one train.py a folder, before any data
     try:
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if args.device == "cuda" else contextlib.nullcontext()
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if dist.device.startswith("cuda") else contextlib.nullcontext()
         torch.manual_seed(args.seed)
         task = dist.rank0_first(lambda: open_task(args, config_dict, dist))  # rank 0 first, the others read its cache
         config_dict = fit_to_task(config_dict, task, args.task, source is not None or ckpt is not None, pretrained)
