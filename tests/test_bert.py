@@ -259,7 +259,7 @@ def test_train_init_from_bert_end_to_end(tmp_path, fmt):
     train.main([str(a) for a in [*common, "--model", "simpletron", "--n_layer", "1", "--max_iters", "2",
                                  "--lr", "1e-3", "--out_dir", tmp_path / "simple"]])
     train.main(["--resume", "--out_dir", str(tmp_path / "simple"), "--max_iters", "3"])
-    ckpt = torch.load(tmp_path / "simple" / "ckpt.pt", weights_only=True)
+    ckpt = torch.load(tmp_path / "simple" / "ckpt.pt", map_location="cpu", weights_only=True)
     assert ckpt["config"]["attention"] == "simple" and ckpt["config"]["n_layer"] == 1 and ckpt["iter"] == 3
     assert not torch.equal(ckpt["model"]["blocks.0.attn.qkv.weight"][:D],
                            sd[f"{'bert.' * (fmt == 'bin')}encoder.layer.0.attention.self.query.weight"])

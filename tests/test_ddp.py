@@ -53,7 +53,8 @@ BEFORE = {
 
 def test_single_process_runs_log_the_losses_they_logged_before(tmp_path):
     lra = write_listops(tmp_path / "lra", (48, 48, 48), seed=5)
-    common = [*TINY, "--data_dir", lra, "--batch_size", "4", "--max_iters", "7", "--dropout", "0.1"]
+    common = [*TINY, "--data_dir", lra, "--batch_size", "4", "--max_iters", "7", "--dropout", "0.1",
+              "--device", "cpu"]                                         # the losses were recorded on a CPU
     for name, extra in (("simpletron", []), ("softmax", ["--grad_accum", "2"])):
         out = tmp_path / name
         m = train.main([str(a) for a in ["--model", name, *common, *extra, "--out_dir", out]])
@@ -79,7 +80,8 @@ def test_two_processes_train_as_one_process_with_the_doubled_batch_and_resume_on
     # 13 val and 11 test examples: the last evaluation batch of 4 leaves one process a part with one example
     # or none; grad_accum 2: the first micro-batch's gradients stay local (no_sync)
     lra = write_listops(tmp_path / "lra", (40, 13, 11), seed=7)
-    common = [*TINY, "--data_dir", lra, "--grad_accum", "2", "--dropout", "0", "--lr_decay_iters", "6"]
+    common = [*TINY, "--data_dir", lra, "--grad_accum", "2", "--dropout", "0", "--lr_decay_iters", "6",
+              "--device", "cpu"]                             # gloo: two processes, also on a machine with one GPU
     one = tmp_path / "one"
     m1 = train.main([str(a) for a in [*common, "--batch_size", "4", "--max_iters", "6", "--out_dir", one]])
     two = tmp_path / "two"
@@ -242,7 +244,8 @@ def test_a_broken_file_under_torchrun_is_one_line_and_a_clean_exit(tmp_path):
     with open(lra / "basic_train.tsv", "a") as f:
         f.write("[MAX 1 2 ]\tx\n")                           # a bad label on the last line
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           os.path.join(ROOT, "train.py"), "--data_dir", str(lra), "--out_dir", str(tmp_path / "out"), *TINY]
+           os.path.join(ROOT, "train.py"), "--data_dir", str(lra), "--out_dir", str(tmp_path / "out"), *TINY,
+           "--device", "cpu"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT,
                        env={**os.environ, "OMP_NUM_THREADS": "1"})
     errors = [line for line in p.stderr.splitlines() if line.startswith("error: ")]

@@ -60,12 +60,12 @@ class InfiniteGradient(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
-        ctx.shape = x.shape
+        ctx.shape, ctx.device = x.shape, x.device
         return x.new_zeros(())
 
     @staticmethod
     def backward(ctx, g):
-        return torch.full(ctx.shape, float("inf"))
+        return torch.full(ctx.shape, float("inf"), device=ctx.device)
 
 
 def poison(monkeypatch, at_step, what):
