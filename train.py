@@ -96,6 +96,8 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
     the processes, so the metrics are one process's with that batch. progress: title of a progress bar.
     stop: a CtrlC; None (on every process) if it was asked to stop between two batches."""
     model.eval()
+    if max_batches is not None and max_batches * batch_size >= len(split):
+        max_batches = None                                   # a sample as large as the split: all of it, once each
     if max_batches is None:
         batches, n_batches = split.batches(batch_size), -(-len(split) // batch_size)
     else:
@@ -308,8 +310,8 @@ def evaluate_during_training(run, task, it, ctrl_c):
     if m is None:
         return False
     unit, total = ("tokens", len(split) * split.block_size) if task.kind == "lm" else ("examples", len(split))
-    print(f"step {it} val ({m['n']:,} of {total:,} {unit}, --eval_iters {args.eval_iters}): "
-          f"{fmt({k: v for k, v in m.items() if k != 'n'})}", flush=True)
+    part = f"all {total:,} {unit}" if m["n"] == total else f"{m['n']:,} of {total:,} {unit}, --eval_iters {args.eval_iters}"
+    print(f"step {it} val ({part}): {fmt({k: v for k, v in m.items() if k != 'n'})}", flush=True)
     run.folder.write({"step": it, **{f"val_{k}": v for k, v in m.items()}, "time": round(run.seconds(), 3)})
     run.folder.flush()
     run.folder.keep_if_best(it, m, args, run.model)

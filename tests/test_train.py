@@ -559,6 +559,15 @@ def test_the_model_line_fits_a_screen_line_and_val_says_it_is_a_sample(lra, tmp_
     assert "step 2 val (8 of 64 examples, --eval_iters 2): loss " in "\n".join(out)
 
 
+def test_a_sample_as_large_as_val_is_all_of_val_each_example_once(lra, tmp_path, capsys):
+    # 16 batches of 4 >= the 64 val examples: not 64 draws with repeats but the split itself, as at the end
+    m = run("--data_dir", lra, *TINY, "--device", "cpu", "--eval_iters", "16", "--max_iters", "2", "--eval_interval",
+            "2", "--out_dir", tmp_path / "o")
+    assert "step 2 val (all 64 examples): loss " in capsys.readouterr().out
+    last = [json.loads(line) for line in open(tmp_path / "o" / "log.jsonl") if "val_loss" in line][-1]
+    assert last["val_n"] == 64 and last["val_loss"] == m["val_loss"] and last["val_acc"] == m["val_acc"]
+
+
 def test_ctrl_c_finishes_the_step_saves_it_and_says_how_to_continue(lra, tmp_path, monkeypatch, capsys):
     schedule = train.learning_rate
 
