@@ -72,7 +72,7 @@ def make_optimizer(model, args, device):
               {"params": no_decay, "weight_decay": 0.0, "lr_scale": 1.0},
               {"params": gates, "weight_decay": 0.0, "lr_scale": args.gate_lr_scale}]
     return torch.optim.AdamW(groups, lr=args.lr, betas=(args.beta1, args.beta2), eps=args.eps,
-                             fused=device in ("cuda", "cpu"))              # one kernel for all parameters
+                             fused=device == "cpu" or device.startswith("cuda"))  # one kernel for all parameters
 
 
 def gate_report(model, start, args, steps):
@@ -96,9 +96,7 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
     the processes, so the metrics are one process's with that batch. progress: title of a progress bar.
     stop: a CtrlC; None (on every process) if it was asked to stop between two batches."""
     model.eval()
-    if max_batches is not None and max_batches * batch_size >= len(split):
-        max_batches = None                                   # a sample as large as the split: all of it, once each
-    if max_batches is None:
+    if max_batches is None or max_batches * batch_size >= len(split):   # (a sample as large as the split: all of it)
         batches, n_batches = split.batches(batch_size), -(-len(split) // batch_size)
     else:
         rng = np.random.default_rng(seed)
@@ -310,7 +308,8 @@ def evaluate_during_training(run, task, it, ctrl_c):
     if m is None:
         return False
     unit, total = ("tokens", len(split) * split.block_size) if task.kind == "lm" else ("examples", len(split))
-    part = f"all {total:,} {unit}" if m["n"] == total else f"{m['n']:,} of {total:,} {unit}, --eval_iters {args.eval_iters}"
+    part = (f"all {total:,} {unit}" if m["n"] == total else
+            f"{m['n']:,} of {total:,} {unit}, --eval_iters {args.eval_iters}")
     print(f"step {it} val ({part}): {fmt({k: v for k, v in m.items() if k != 'n'})}", flush=True)
     run.folder.write({"step": it, **{f"val_{k}": v for k, v in m.items()}, "time": round(run.seconds(), 3)})
     run.folder.flush()
@@ -461,7 +460,7 @@ def main(argv=None):
         rescale_batch(ckpt, dist, args)                      # resumed on another number of processes
     folder = dist.rank0_first(lambda: rundir.RunDir(args, dist.master))  # one train.py a folder, before any data
     try:
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16) if dist.device.startswith("cuda") else contextlib.nullcontext()
+        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dist.device.startswith("cuda"))  # any cuda:N
         torch.manual_seed(args.seed)
         task = dist.rank0_first(lambda: open_task(args, config_dict, dist))  # rank 0 first, the others read its cache
         config_dict = fit_to_task(config_dict, task, args.task, source is not None or ckpt is not None, pretrained)
