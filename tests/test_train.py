@@ -303,8 +303,11 @@ def test_evaluate_averages_over_examples_not_batches():
     assert out["loss"] == pytest.approx(sum(terms).item() / 20, rel=1e-12) and out["n"] == 20
     assert out["ppl"] == pytest.approx(math.exp(out["loss"]), rel=1e-12) and "acc" not in out
     # max_batches: that many fixed batches (the same every call: comparable across evaluations)
-    a = train.evaluate(model, split, 3, "cpu", contextlib.nullcontext(), max_batches=2)
-    assert a == train.evaluate(model, split, 3, "cpu", contextlib.nullcontext(), max_batches=2) and a["n"] == 24
+    a = train.evaluate(model, split, 2, "cpu", contextlib.nullcontext(), max_batches=2)
+    assert a == train.evaluate(model, split, 2, "cpu", contextlib.nullcontext(), max_batches=2) and a["n"] == 16
+    # ... unless they would hold as many windows as the split has (2 x 3 >= 5): then the split itself, once
+    assert (train.evaluate(model, split, 3, "cpu", contextlib.nullcontext(), max_batches=2) ==
+            train.evaluate(model, split, 3, "cpu", contextlib.nullcontext()))
 
 
 def test_evaluate_shows_a_progress_bar_over_every_batch(monkeypatch):
