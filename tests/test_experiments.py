@@ -1,6 +1,7 @@
 """experiments.py --list: the tables first, one line each (name, what it measures, runs); --list NAME: one table's
 train.py commands; the character table's recipe and its markdown in bits per character."""
 
+import dataclasses
 import json
 import math
 
@@ -90,3 +91,54 @@ def test_a_text_file_table_has_no_test_split_and_says_so(tmp_path, monkeypatch):
     text = experiments.render("text-char", table, [0], "FILE", [("unigram, add-one: no context", 4.5, None)])
     assert "802k | 1.500 ± 0.000 | – |" in text and "| *baseline: unigram, add-one: no context* | | | 4.500 | – |" in text
     assert "n_val = 111,488. Machine" in text and "n_test" not in text
+
+
+def test_first_below_reads_each_seeds_log_against_each_kneser_ney_baseline(tmp_path):
+    runs = []
+    for seed, ppls in enumerate(([300, 190, 160, 150], [310, 250, 200, 180])):     # 200: level is not below
+        d = tmp_path / f"r{seed}"
+        d.mkdir()
+        records = [{"step": 1, "loss": 5.0}] + [{"step": 250 * (i + 1), "val_loss": 0.0, "val_ppl": p}
+                                                 for i, p in enumerate(ppls)]
+        (d / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        runs.append(str(d))
+    baselines = [("unigram, add-one", 600.0, 500.0), ("bigram, interpolated Kneser-Ney (D = 0.75)", 200.0, 190.0),
+                 ("4-gram, interpolated Kneser-Ney (D = 0.75): the 3 words before", 155.0, 150.0)]
+    assert experiments.first_below(runs, baselines) == "bigram: 500 / 1,000; 4-gram: 1,000 / never"
+
+
+def test_the_sweep_table_puts_each_setting_on_a_line_beside_its_rules(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(experiments, "SWEEP", [(3, 3), (5, 4)])
+    table = experiments.TABLES["listops-sweep"]
+    rows = [r for r in table.rows if r.flags.startswith((experiments.sweep_setting(3, 3) + " ",
+                                                         experiments.sweep_setting(5, 4) + " "))]
+    assert len(table.rows) == 36 and len(rows) == 8
+    for i, row in enumerate(rows):                           # accuracy 0.30 + 0.05 i (+ 0.01 per seed)
+        for s in (0, 1, 2):
+            d = tmp_path / experiments.run_dir("listops-sweep", row, s)
+            d.mkdir(parents=True)
+            (d / "metrics.json").write_text(json.dumps({"test_acc": 0.30 + 0.05 * i + 0.01 * s, "n_test": 2000,
+                                                        "machine": "M"}))
+    rules = iter([0.20, 0.38, 0.25, 0.55])                    # (top operator, top digits) of each setting
+    monkeypatch.setattr(experiments, "task_of", lambda run: (FakeSplits(), {}))
+    import tasks.listops_rules
+    monkeypatch.setattr(tasks.listops_rules, "listops_baselines",
+                        lambda train, test: {"test": {"top_operator": next(rules), "top_digits": next(rules)}})
+    text = experiments.sweep_report("listops-sweep", dataclasses.replace(table, rows=rows), [0, 1, 2])
+    lines = text.splitlines()
+    head = lines.index(next(l for l in lines if l.startswith("| depth |")))
+    assert lines[head] == ("| depth | arguments | SimpleTRON | softmax Transformer | TransJect | DiffEqFormer | "
+                           "top-level operator rule | top-level digits rule |")
+    assert lines[head + 2] == ("| 3 | 2–3 | 31.00 ± 1.00 | 36.00 ± 1.00 | **41.00 ± 1.00** | **46.00 ± 1.00** | "
+                               "20.00 | 38.00 |")
+    assert lines[head + 3] == ("| 5 | 2–4 | 51.00 ± 1.00 | **56.00 ± 1.00** | **61.00 ± 1.00** | **66.00 ± 1.00** | "
+                               "25.00 | 55.00 |")
+    assert lines[-1].startswith("Above the top-level digits rule: SimpleTRON in 0 of 2 settings, softmax "
+                                "Transformer in 1 of 2 settings, TransJect in 2 of 2 settings, DiffEqFormer in 2 of 2")
+    assert "n_test = 2,000 trees a setting. Machine: M." in lines[-1]
+
+
+class FakeSplits:
+    def split(self, name):
+        return name

@@ -1,5 +1,6 @@
-"""experiments.py's n-gram baselines of the character table: interpolated Kneser-Ney against hand-worked numbers,
-its probabilities summing to one, and char_baselines scoring exactly the targets train.py evaluates."""
+"""experiments.py's n-gram baselines of the word and character tables: interpolated Kneser-Ney against hand-worked
+numbers, its probabilities summing to one, and lm_baselines and char_baselines scoring exactly the targets train.py
+evaluates."""
 
 import math
 
@@ -70,3 +71,22 @@ def test_char_baselines_score_the_targets_train_py_evaluates(tmp_path):
     assert five[1] < 0.2 < bi[1] < uni[1]                      # lines of train: nearly certain from 4 characters
     assert five[2] > bi[2]          # a sentence train never had: the 5-gram trusts its few, always-alike contexts
     assert all(math.isfinite(x) for _, v, t in (uni, bi, five) for x in (v, t))
+
+
+def test_lm_baselines_score_the_4_gram_on_the_targets_of_the_bigram(tmp_path):
+    folder = tmp_path / "ptb"
+    folder.mkdir()
+    words = "the cat sat on the mat \n a dog ran on the mat \n"
+    for name, text in (("train", words * 20), ("valid", words * 3 + "the dog ran"),
+                       ("test", "a cat sat on the mat \n" * 4)):
+        (folder / f"ptb.{name}.txt").write_text(text)
+    task = data.load_task("ptb", cache_dir=tmp_path / "c", data_dir=str(folder), block_size=4)
+    uni, bi, four = experiments.lm_baselines(task, {})
+    assert bi[0].startswith("bigram, interpolated Kneser-Ney") and four[0].startswith("4-gram, interpolated Kneser")
+    train, val = np.asarray(task.split("train").stream), task.split("val")
+    stream = np.asarray(val.stream[:len(val) * 4 + 1])         # every full window's targets; "ran" is left out
+    assert len(stream) - 1 == len(val) * 4 < len(val.stream) - 1
+    p = kneser_ney(train, stream, 4, task.vocab_size)
+    assert four[1] == pytest.approx(math.exp(-np.log(p).mean()), rel=1e-12)
+    assert four[1] < bi[1] < uni[1]                          # whole lines of train: the longer history knows more
+    assert four[2] > bi[2]               # "a cat sat", never in train: the 4-gram trusts its few, always-alike contexts
