@@ -227,6 +227,42 @@ def listops_rules(task, args):
             [(f"{names[k]}, on the held-out trees", None, r["heldout"][k]) for k in names])
 
 
+def sweep_setting(depth, most):
+    return f"--listops_depth {depth} --listops_args 2,{most} --listops_len 10,60 --listops_sizes 20000,2000,2000"
+
+
+def sweep_report(name, table, seeds):
+    """One line a difficulty: each model's test accuracy (mean ± std over the seeds; bold where the mean is above the
+    top-level digits rule) beside the two rules fitted on that setting's training trees and scored on its test trees."""
+    from tasks.listops_rules import listops_baselines
+    models = [m for m, _ in LISTOPS_MODELS]
+    lines = [f"**{table.title}.** Seeds {', '.join(map(str, seeds))}; test accuracy (%), mean ± standard deviation "
+             "over the seeds, **bold** where the mean is above the top-level digits rule of the same test trees.",
+             f"Reproduce (and rewrite this block): `python experiments.py {name}`. Common flags: `{table.common}`; "
+             f"each line adds `{sweep_setting('D', 'M')}` and each column its model's flags "
+             f"({', '.join(f'{m}: `{f}`' for m, f in LISTOPS_MODELS)}).", "",
+             "| depth | arguments | " + " | ".join(models) + " | top-level operator rule | top-level digits rule |",
+             "|---:|---|" + "---:|" * (len(models) + 2)]
+    above, all_runs = dict.fromkeys(models, 0), []
+    for depth, most in SWEEP:
+        runs = [[run_dir(name, r, s) for s in seeds] for r in table.rows
+                if r.flags.startswith(sweep_setting(depth, most) + " ")]
+        all_runs += [d for dirs in runs for d in dirs]
+        task, _ = task_of(runs[0][0])
+        rules = listops_baselines(task.split("train"), test=task.split("test"))["test"]
+        cells = []
+        for model, dirs in zip(models, runs):
+            accs = [100 * load_metrics(d)["test_acc"] for d in dirs]
+            bold = statistics.mean(accs) > 100 * rules["top_digits"]
+            above[model] += bold
+            cells.append(f"**{mean_std(accs, 2)}**" if bold else mean_std(accs, 2))
+        lines.append(f"| {depth} | 2–{most} | " + " | ".join(cells) +
+                     f" | {100 * rules['top_operator']:.2f} | {100 * rules['top_digits']:.2f} |")
+    return "\n".join(lines + ["", "Above the top-level digits rule: " + ", ".join(
+        f"{m} in {k} of {len(SWEEP)} settings" for m, k in above.items()) +
+        f". n_test = {load_metrics(runs[0][0])['n_test']:,} trees a setting. Machine: {run_machine(all_runs)}."])
+
+
 def majority_baseline(task, args):
     """The most frequent training label, answered for every example."""
     train = np.asarray(task.split("train").labels)
@@ -304,47 +340,11 @@ LISTOPS_LRA = ("--task listops --max_iters 1000 --batch_size 16 --lr 5e-4 --warm
 LISTOPS_RECIPE = ("--max_iters 3000 --batch_size 32 --lr 1e-3 --warmup 100 --schedule cosine --n_layer 2 --n_embd 64 "
                   "--dropout 0.0 --eval_interval 1000")
 LISTOPS_SMALL = f"--task listops {LISTOPS_SMALL_SETTING} {LISTOPS_RECIPE}"
-LISTOPS_MODELS = (("SimpleTRON", "--model simpletron --n_head 4"), ("softmax Transformer", "--model softmax --n_head 4"),
-                  ("TransJect", "--model transject --pool max"),
+LISTOPS_MODELS = (("SimpleTRON", "--model simpletron --n_head 4"),
+                  ("softmax Transformer", "--model softmax --n_head 4"), ("TransJect", "--model transject --pool max"),
                   ("DiffEqFormer", "--model diffeqformer --n_head 4 --time_dim 8"))
 # ListOps at nine difficulties (depth x most arguments), 10-60 tokens, 20,000 training trees, the same recipe
 SWEEP = [(depth, most) for depth in (3, 4, 5) for most in (3, 4, 5)]
-
-
-def sweep_setting(depth, most):
-    return f"--listops_depth {depth} --listops_args 2,{most} --listops_len 10,60 --listops_sizes 20000,2000,2000"
-
-
-def sweep_report(name, table, seeds):
-    """One line a difficulty: each model's test accuracy (mean ± std over the seeds; bold where the mean is above the
-    top-level digits rule) beside the two rules fitted on that setting's training trees and scored on its test trees."""
-    from tasks.listops_rules import listops_baselines
-    models = [m for m, _ in LISTOPS_MODELS]
-    lines = [f"**{table.title}.** Seeds {', '.join(map(str, seeds))}; test accuracy (%), mean ± standard deviation "
-             "over the seeds, **bold** where the mean is above the top-level digits rule of the same test trees.",
-             f"Reproduce (and rewrite this block): `python experiments.py {name}`. Common flags: `{table.common}`; "
-             f"each line adds `{sweep_setting('D', 'M')}` and each column its model's flags "
-             f"({', '.join(f'{m}: `{f}`' for m, f in LISTOPS_MODELS)}).", "",
-             "| depth | arguments | " + " | ".join(models) + " | top-level operator rule | top-level digits rule |",
-             "|---:|---|" + "---:|" * (len(models) + 2)]
-    above, all_runs = dict.fromkeys(models, 0), []
-    for depth, most in SWEEP:
-        runs = [[run_dir(name, r, s) for s in seeds] for r in table.rows
-                if r.flags.startswith(sweep_setting(depth, most) + " ")]
-        all_runs += runs
-        task, _ = task_of(runs[0][0])
-        rules = listops_baselines(task.split("train"), test=task.split("test"))["test"]
-        cells = []
-        for model, dirs in zip(models, runs):
-            accs = [100 * load_metrics(d)["test_acc"] for d in dirs]
-            bold = statistics.mean(accs) > 100 * rules["top_digits"]
-            above[model] += bold
-            cells.append(f"**{mean_std(accs, 2)}**" if bold else mean_std(accs, 2))
-        lines.append(f"| {depth} | 2–{most} | " + " | ".join(cells) +
-                     f" | {100 * rules['top_operator']:.2f} | {100 * rules['top_digits']:.2f} |")
-    return "\n".join(lines + ["", "Above the top-level digits rule: " + ", ".join(
-        f"{m} in {k} of {len(SWEEP)} settings" for m, k in above.items()) +
-        f". n_test = {load_metrics(runs[0][0])['n_test']:,} trees a setting. Machine: {run_machine([d for dirs in all_runs for d in dirs])}."])
 HELDOUT_EVAL = (("held-out trees (second generator)", f"--eval_only --data_dir {HELDOUT}"),)
 
 # SimpleTRON §5.3 at CPU scale: a BERT-architecture checkpoint (all-MiniLM-L6-v2) fine-tuned with softmax attention,
