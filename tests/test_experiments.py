@@ -142,3 +142,15 @@ def test_the_sweep_table_puts_each_setting_on_a_line_beside_its_rules(tmp_path, 
 class FakeSplits:
     def split(self, name):
         return name
+
+
+def test_a_table_names_the_machines_its_runs_were_trained_on(tmp_path, monkeypatch):
+    import config
+    for name, machine in (("a", "CPU X, 2 cores, no GPU, torch 2"), ("b", "CPU Y, 16 cores, GPU Z, torch 2"),
+                          ("c", "CPU X, 2 cores, no GPU, torch 2"), ("d", None)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps({"machine": machine} if machine else {}))
+    runs = [str(tmp_path / n) for n in "abc"]
+    assert experiments.run_machine(runs) == "CPU X, 2 cores, no GPU, torch 2; CPU Y, 16 cores, GPU Z, torch 2"
+    assert experiments.run_machine([str(tmp_path / "d")]) == config.machine()       # an older run: this machine
+    assert config.machine().endswith(", no GPU, torch " + __import__("torch").__version__)

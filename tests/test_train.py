@@ -103,6 +103,8 @@ def test_metrics_checkpoint_and_eval_on_other_data(lra, tmp_path):
                 "tokens_per_s", "config"):
         assert key in saved, key
     assert saved["n_test"] == 64 and saved["iters"] == 4 and saved["config"]["n_layer"] == 1
+    device = "cuda" if torch.cuda.is_available() else "cpu"           # --device auto
+    assert saved["machine"] == config.machine(device) and saved["machine"].endswith(f"torch {torch.__version__}")
     assert (out / "metrics.json").read_text().endswith("}\n")    # a text file: its last line ends
     assert saved == json.loads(json.dumps(m))
     assert sorted(os.listdir(out)) == ["best.pt", "ckpt.pt", "log.jsonl", "loss.png", "metrics.json"]   # no lock,
