@@ -270,7 +270,7 @@ PRESETS = {
     "cpu": {   # small and fast: each trains in minutes on a 2-core CPU
         ("simpletron", "*"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=1e-3, warmup=100,
                                   schedule="cosine", max_iters=1000, batch_size=16, eval_interval=250),
-        # the main command (8 min, 35%): 64-token prefixes first, as full length sits at the prior for ~4,000 steps
+        # the main command (6 min, 36%): 64-token prefixes first, as full length sits at the prior for ~4,000 steps
         ("simpletron", "listops"): dict(n_layer=2, n_head=4, n_embd=64, dropout=0.0, lr=5e-4, warmup=100,
                                         schedule="cosine", max_iters=1500, batch_size=16, short_steps=400,
                                         short_len=64, eval_interval=500),
