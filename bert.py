@@ -72,17 +72,17 @@ def wordpiece_cls_task(name, cache_dir, key, read, folder, block_size, n_classes
         raise DataError(f"{name}: BERT's rows need block_size >= 3 ([CLS] text [SEP]), not {block_size}")
     tag = "wordpiece-" + hashlib.sha1(tok.to_str().encode()).hexdigest()[:10]  # follows vocabulary and casing
     cache = os.path.join(cache_dir, name, f"{key}-{tag}-L{block_size}")
-    if not os.path.isdir(cache):
-        def build(out):
-            texts_by_split = read()
-            print(f"{name}: tokenising with BERT's WordPiece from {folder} ...", flush=True)
-            for split, (texts, labels) in texts_by_split.items():
-                tokens = wordpiece_rows(tok, texts, block_size)
-                save_arrays(out, split, tokens=tokens, labels=np.asarray(labels, np.uint8),
-                            lengths=(tokens != 0).sum(-1).astype(np.int32))
-            save_json(os.path.join(out, "meta.json"), {"tokenizer": folder, "vocab_size": tok.get_vocab_size()})
 
-        cached_dir(cache, build, f"{name}: tokenised with BERT's WordPiece")
+    def build(out):
+        texts_by_split = read()
+        print(f"{name}: tokenising with BERT's WordPiece from {folder} ...", flush=True)
+        for split, (texts, labels) in texts_by_split.items():
+            tokens = wordpiece_rows(tok, texts, block_size)
+            save_arrays(out, split, tokens=tokens, labels=np.asarray(labels, np.uint8),
+                        lengths=(tokens != 0).sum(-1).astype(np.int32))
+        save_json(os.path.join(out, "meta.json"), {"tokenizer": folder, "vocab_size": tok.get_vocab_size()})
+
+    cached_dir(cache, build, f"{name}: tokenised with BERT's WordPiece")
     vocab_size = load_json(os.path.join(cache, "meta.json"))["vocab_size"]
     return cls_task(name, "cls", cache, vocab_size, block_size, n_classes, 0, splits)
 

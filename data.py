@@ -503,22 +503,93 @@ def load_json(path):
         return json.load(f)
 
 
+# Caches: every set of derived files is a folder, built whole (cached_dir) with a manifest.json written last that
+# records each file's size, CRC-32 and stamp; the folder is checked against it before every use (cache_problem).
+
+MANIFEST = "manifest.json"
+
+
+def file_stamp(path):
+    """What changes whenever a file's bytes may have: [size, modification time, status-change time, inode]."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+def crc32(path):
+    c = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            c = zlib.crc32(chunk, c)
+    return c
+
+
+def write_manifest(folder):
+    """folder/manifest.json: the size, CRC-32 and stamp of every other file below folder (written last)."""
+    files = {}
+    for d, _, names in os.walk(folder):
+        for p in (os.path.join(d, n) for n in names):
+            files[os.path.relpath(p, folder)] = {"size": os.path.getsize(p), "crc32": crc32(p), "stamp": file_stamp(p)}
+    files.pop(MANIFEST, None)
+    save_json(os.path.join(folder, MANIFEST), {"files": files})
+
+
+def cache_problem(folder):
+    """Why a cached folder cannot be used as it is, or None. Every start checks that each file of its manifest is
+    there with its size (a few stat calls); a file's CRC-32 is read only when its stamp is not the manifest's, so
+    once after each change: a file that kept its bytes (a copy) then gets its new stamp in the manifest."""
+    path = os.path.join(folder, MANIFEST)
+    try:
+        with open(path) as f:
+            files = json.load(f)["files"]
+        entries = [(name, int(e["size"]), int(e["crc32"]), list(e["stamp"])) for name, e in files.items()]
+    except FileNotFoundError:
+        return f"has no {MANIFEST} (a build cut short, or an earlier version's)"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return f"has a damaged {MANIFEST}"
+    changed = False
+    for name, size, crc, stamp in entries:
+        try:
+            now = file_stamp(os.path.join(folder, name))
+            if now[0] != size:
+                return f"has a {name} of {now[0]:,} bytes, not the {size:,} written"
+            if now != stamp and crc32(os.path.join(folder, name)) != crc:
+                return f"has a {name} whose bytes changed since it was written (another CRC-32)"
+        except OSError as e:
+            return f"has no readable {name} ({e.strerror or e})"
+        changed |= now != stamp
+        files[name]["stamp"] = now
+    if changed:                                              # (a read-only cache is checked the same way every time)
+        with contextlib.suppress(DataError):
+            save_json(path, {"files": files})
+    return None
+
+
 def cached_dir(folder, build, what=None):
-    """`folder`, built once by build(tmp) into a temporary folder that is then renamed into place (atomic:
-    an interrupted build leaves no half-written cache, and what a killed one leaves is removed by the next
-    load_task). Concurrent builders: the first rename wins. Once built, `what` (if given) and where is printed:
-    nothing before the build has its data, so that a missing source is reported by its one-line error."""
-    if os.path.isdir(folder):
+    """`folder`, built once by build(tmp) into a temporary folder that gets its manifest and is then renamed into
+    place (atomic: an interrupted build leaves no half-written cache, and what a killed one leaves is removed by
+    the next load_task). Concurrent builders: the first rename wins. A folder that fails its check (cache_problem)
+    is built again, said in one line, and replaced only once the new one is whole. Once built, `what` (if given)
+    and where is printed: nothing before the build has its data, so that a missing source is reported by its
+    one-line error."""
+    problem = cache_problem(folder) if os.path.isdir(folder) else None
+    if os.path.isdir(folder) and problem is None:
         return folder
+    if problem:
+        print(f"{folder} {problem}: building it again", flush=True)
     os.makedirs(os.path.dirname(folder) or ".", exist_ok=True)
     tmp = temp_path(folder)
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     try:
         build(tmp)
+        write_manifest(tmp)
+        if os.path.isdir(folder) and cache_problem(folder):  # (not one another process has just built)
+            aside = temp_path(folder + ".damaged")
+            os.replace(folder, aside)
+            shutil.rmtree(aside, ignore_errors=True)
         os.replace(tmp, folder)
-    except OSError:
-        if not os.path.isdir(folder):
+    except OSError:                                          # fine if another process has just built it
+        if not os.path.isdir(folder) or cache_problem(folder):
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

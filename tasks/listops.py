@@ -17,7 +17,6 @@ import math
 import multiprocessing
 import os
 import random
-import shutil
 from dataclasses import dataclass
 
 import numpy as np
@@ -281,21 +280,16 @@ def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LIST
                         "'tree<TAB>label' per line)")
     folder = os.path.join(cache_dir, setting.folder_name())
     tsvs = {s: os.path.join(folder, f"basic_{s}.tsv") for s in LISTOPS_SIZES}
-    if os.path.isdir(folder) and not os.path.exists(os.path.join(folder, "train.tokens.npy")):
-        fix = f"delete {folder} and the next run generates it again"     # older versions cached the TSVs only
-        for p in tsvs.values():
-            if os.path.exists(p) and not os.path.isfile(p):
-                raise DataError(f"{p} is a folder where the ListOps file should be; {fix}")
-        if all(map(os.path.isfile, tsvs.values())):
-            return tsv_task(folder, tsvs, block_size, cache_dir, fix)
-        shutil.rmtree(folder)                                # left half-written by a killed run of an older version
-    if not os.path.isdir(folder):
+
+    def build(out):
         if not setting.is_lra():                             # an unusual setting: is it reachable at all?
             check_reachable(setting)
         # a benchmark, so one fixed draw (seed 0) whatever the run's --seed
         what = "LRA recipe" if setting.is_lra() else setting.describe()
         print(f"generating ListOps ({what}) into {folder}{', about a minute' * setting.is_lra()} ...", flush=True)
-        cached_dir(folder, lambda out: write_listops_arrays(setting, out))
+        write_listops_arrays(setting, out)
+
+    cached_dir(folder, build)
     if tsv:                                                  # for LRA's own code: its release format
         full = cls_task("listops", "cls", folder, len(LISTOPS_VOCAB), setting.lengths[1], 10, 0, {s: s for s in tsvs})
         for s, path in tsvs.items():

@@ -8,14 +8,17 @@ Without --data_dir the Hugging Face copy (ptb_text_only, the same sentences) is 
 those three files under cache_dir/ptb/ and read back the same way.
 """
 
+import contextlib
 import glob
 import itertools
+import json
 import os
 
 import numpy as np
 
-from data import (DataError, LMSplit, Task, atomic_write_text, cached_dir, file_problem, id_dtype, load_json,
-                  read_lines, read_text, reading, release, remove_stale_temps, save_json, source_key, task)
+from data import (MANIFEST, DataError, LMSplit, Task, atomic_write_text, cache_problem, cached_dir, file_problem,
+                  file_stamp, id_dtype, load_json, read_lines, read_text, reading, release, remove_stale_temps,
+                  save_json, source_key, task)
 from tasks.sources import encode_batch, get_tokenizer, hf_rows, hf_split, load_hf
 
 
@@ -141,7 +144,11 @@ def write_bin(path, pieces, enc, eot=False, batch=64):
 
 
 def load_bin(path, dtype):
-    return np.memmap(path, dtype=dtype, mode="r") if os.path.getsize(path) else np.zeros(0, dtype)
+    """The ids of a .bin file, memory-mapped; a size that is no whole number of ids is a DataError."""
+    size, dtype = os.path.getsize(path), np.dtype(dtype)
+    if size % dtype.itemsize:
+        raise DataError(f"{path} holds {size:,} bytes, no whole number of {dtype.name} ids (cut short?)")
+    return np.memmap(path, dtype=dtype, mode="r") if size else np.zeros(0, dtype)
 
 
 def lm_bin_task(name, folder, block_size, splits, sources=None):
@@ -185,31 +192,34 @@ def wikitext103(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2
             for batch, in hf_rows(ds, ["text"]):
                 yield from batch
     folder = os.path.join(cache_dir, "wikitext103", f"{key}-{tokenizer}")
-    if not os.path.isdir(folder):
-        def build(out):
-            enc = get_tokenizer(tokenizer, "wikitext103") if data_dir is not None else None
-            chunks = {split: text_chunks(lines(split)) for split, _ in names}
-            first = next(chunks["train"], None)              # the data first: offline, its error is the useful one
-            enc = enc or get_tokenizer(tokenizer, "wikitext103")
-            print(f"wikitext103: tokenising with {tokenizer} ...", flush=True)
-            for split, _ in names:
-                pieces = chunks[split]
-                if split == "train" and first is not None:
-                    pieces = itertools.chain([first], pieces)
-                write_bin(os.path.join(out, f"{split}.bin"), pieces, enc)
-            save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab,
-                                                       "dtype": np.dtype(id_dtype(enc.n_vocab)).name})
 
-        cached_dir(folder, build, f"wikitext103: tokenised with {tokenizer}")
+    def build(out):
+        enc = get_tokenizer(tokenizer, "wikitext103") if data_dir is not None else None
+        chunks = {split: text_chunks(lines(split)) for split, _ in names}
+        first = next(chunks["train"], None)                  # the data first: offline, its error is the useful one
+        enc = enc or get_tokenizer(tokenizer, "wikitext103")
+        print(f"wikitext103: tokenising with {tokenizer} ...", flush=True)
+        for split, _ in names:
+            pieces = chunks[split]
+            if split == "train" and first is not None:
+                pieces = itertools.chain([first], pieces)
+            write_bin(os.path.join(out, f"{split}.bin"), pieces, enc)
+        save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab,
+                                                   "dtype": np.dtype(id_dtype(enc.n_vocab)).name})
+
+    cached_dir(folder, build, f"wikitext103: tokenised with {tokenizer}")
     return lm_bin_task("wikitext103", folder, block_size, [s for s, _ in names], sources)
 
 
 def check_ids(path, dtype, vocab, tokenizer, stamps):
     """A DataError if the .bin file at path holds an id >= vocab. A file checked once is remembered under
-    `stamps` (by path, size and modification time), so that a large train.bin is read only once."""
+    `stamps`, in a file named after its path, size and modification time that holds its stamp (data.file_stamp)
+    and vocab: a large train.bin is read once, and again after any change to it or to what was remembered."""
     stamp = os.path.join(stamps, f"{source_key([path])}-{vocab}")
-    if os.path.isfile(stamp):
-        return
+    record = json.dumps({"file": os.path.realpath(path), "stamp": file_stamp(path), "vocab": vocab})
+    with contextlib.suppress(OSError, UnicodeDecodeError), open(stamp) as f:
+        if f.read() == record:
+            return
     ids = load_bin(path, dtype)
     for start in range(0, len(ids), 1 << 26):
         chunk = ids[start:start + (1 << 26)]
@@ -219,7 +229,7 @@ def check_ids(path, dtype, vocab, tokenizer, stamps):
                             f"{tokenizer}'s {vocab:,} ids; nanoGPT's files hold gpt2 ids: use --tokenizer gpt2 (no "
                             "download needed)")
     os.makedirs(stamps, exist_ok=True)
-    atomic_write_text(stamp, "")
+    atomic_write_text(stamp, record)
 
 
 @task("openwebtext")
@@ -228,6 +238,9 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
         folder, files = release("openwebtext", data_dir, f"use {OWT_LAYOUT}", ["train.bin", "val.bin"],
                                 ["openwebtext", "data/openwebtext"], ["meta.json"])
         sources = {s: files[f"{s}.bin"] for s in ("train", "val")}
+        problem = os.path.isfile(os.path.join(folder, MANIFEST)) and cache_problem(folder)
+        if problem:                                          # a copy of a cache: its own files, no source to rebuild
+            raise DataError(f"openwebtext: --data_dir {folder} {problem}; copy it again, or leave out --data_dir")
         if files["meta.json"]:
             return lm_bin_task("openwebtext", folder, block_size, ("train", "val"), sources)
         vocab = 50257 if tokenizer in ("gpt2", "r50k_base") else get_tokenizer(tokenizer, "openwebtext").n_vocab
@@ -245,21 +258,20 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
         return Task("openwebtext", "lm", vocab, block_size, 0, {s: (lambda s=s: load(s)) for s in sources},
                     sources=sources)
     folder = os.path.join(cache_dir, "openwebtext", f"hf-{tokenizer}")
-    if not os.path.isdir(folder):
-        def build(out):
-            dd = load_hf("openwebtext", OWT_LAYOUT, "Skylion007/openwebtext")
-            enc = get_tokenizer(tokenizer, "openwebtext")
-            print(f"openwebtext: tokenising with {tokenizer} (an hour or more, as nanoGPT's prepare.py) ...",
-                  flush=True)
-            # nanoGPT's split: 0.05% of the documents for val, seed 2357
-            split = hf_split(dd, ["train"], "openwebtext").train_test_split(test_size=0.0005, seed=2357, shuffle=True)
-            for name, ds in (("train", split["train"]), ("val", split["test"])):
-                docs = (doc for batch, in hf_rows(ds, ["text"]) for doc in batch)
-                write_bin(os.path.join(out, f"{name}.bin"), docs, enc, eot=True, batch=1024)
-            save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab,
-                                                       "dtype": np.dtype(id_dtype(enc.n_vocab)).name})
 
-        cached_dir(folder, build, f"openwebtext: tokenised with {tokenizer}")
+    def build(out):
+        dd = load_hf("openwebtext", OWT_LAYOUT, "Skylion007/openwebtext")
+        enc = get_tokenizer(tokenizer, "openwebtext")
+        print(f"openwebtext: tokenising with {tokenizer} (an hour or more, as nanoGPT's prepare.py) ...", flush=True)
+        # nanoGPT's split: 0.05% of the documents for val, seed 2357
+        split = hf_split(dd, ["train"], "openwebtext").train_test_split(test_size=0.0005, seed=2357, shuffle=True)
+        for name, ds in (("train", split["train"]), ("val", split["test"])):
+            docs = (doc for batch, in hf_rows(ds, ["text"]) for doc in batch)
+            write_bin(os.path.join(out, f"{name}.bin"), docs, enc, eot=True, batch=1024)
+        save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab,
+                                                   "dtype": np.dtype(id_dtype(enc.n_vocab)).name})
+
+    cached_dir(folder, build, f"openwebtext: tokenised with {tokenizer}")
     return lm_bin_task("openwebtext", folder, block_size, ("train", "val"))
 
 
@@ -283,24 +295,24 @@ def textfile(cache_dir="data", data_dir=None, block_size=256, tokenizer="gpt2", 
     where = data_dir if len(files) == 1 else f"the {len(files)} .txt files of {data_dir}"
     sources = {"train": f"{where} (its first 90%, the train split)", "val": f"{where} (its last 10%, the val split)"}
     folder = os.path.join(cache_dir, "textfile", f"{key}-{tokenizer}")
-    if not os.path.isdir(folder):
-        def build(out):
-            enc = None if tokenizer == "char" else get_tokenizer(tokenizer, "textfile")
-            text = "".join(read_text(p) for p in files)
-            if not text:
-                raise DataError(f"textfile: {where} holds no text")
-            if enc is None:
-                chars = "".join(sorted(set(text)))
-                ids, vocab, meta = char_ids(text, chars, where), len(chars) + 1, {"tokenizer": "char", "chars": chars}
-            else:
-                vocab, meta = enc.n_vocab, {"tokenizer": tokenizer}
-                write_bin(os.path.join(out, "all.bin"), text_chunks(text.splitlines(keepends=True)), enc)
-                ids = np.fromfile(os.path.join(out, "all.bin"), dtype=id_dtype(vocab))
-                os.remove(os.path.join(out, "all.bin"))
-            cut = int(0.9 * len(ids))
-            ids[:cut].tofile(os.path.join(out, "train.bin"))
-            ids[cut:].tofile(os.path.join(out, "val.bin"))
-            save_json(os.path.join(out, "meta.json"), {**meta, "vocab_size": vocab, "dtype": ids.dtype.name})
 
-        cached_dir(folder, build, f"textfile: {len(files)} file(s) tokenised with {tokenizer}")
+    def build(out):
+        enc = None if tokenizer == "char" else get_tokenizer(tokenizer, "textfile")
+        text = "".join(read_text(p) for p in files)
+        if not text:
+            raise DataError(f"textfile: {where} holds no text")
+        if enc is None:
+            chars = "".join(sorted(set(text)))
+            ids, vocab, meta = char_ids(text, chars, where), len(chars) + 1, {"tokenizer": "char", "chars": chars}
+        else:
+            vocab, meta = enc.n_vocab, {"tokenizer": tokenizer}
+            write_bin(os.path.join(out, "all.bin"), text_chunks(text.splitlines(keepends=True)), enc)
+            ids = np.fromfile(os.path.join(out, "all.bin"), dtype=id_dtype(vocab))
+            os.remove(os.path.join(out, "all.bin"))
+        cut = int(0.9 * len(ids))
+        ids[:cut].tofile(os.path.join(out, "train.bin"))
+        ids[cut:].tofile(os.path.join(out, "val.bin"))
+        save_json(os.path.join(out, "meta.json"), {**meta, "vocab_size": vocab, "dtype": ids.dtype.name})
+
+    cached_dir(folder, build, f"textfile: {len(files)} file(s) tokenised with {tokenizer}")
     return lm_bin_task("textfile", folder, block_size, ("train", "val"), sources)

@@ -26,7 +26,7 @@ import os
 
 import numpy as np
 
-from data import (DataError, ShardedSplit, Task, atomic_write, cached_dir, cls_task, file_problem, one_line,
+from data import (DataError, ShardedSplit, Task, cache_problem, cached_dir, cls_task, file_problem, one_line,
                   prepare_main, reading, release, save_arrays, source_key, task)
 
 
@@ -266,12 +266,14 @@ def pathfinder_shard(job):
 
 
 def pathfinder_generated(folder, split, count):
-    """The first `count` shards of a generated split, generated (in parallel) and cached if missing."""
-    paths = [os.path.join(folder, f"{split}_{k:03d}.npz") for k in range(count)]
+    """The first `count` shards of a generated split, each a cached folder {split}_{k}/ of images.npy and
+    labels.npy, generated (in parallel) where missing or damaged."""
+    paths = [os.path.join(folder, f"{split}_{k:03d}") for k in range(count)]
     size = min(PATHFINDER_SHARD, PATHFINDER_SIZES[split])
-    jobs = [(split, k, size) for k in range(count) if not os.path.isfile(paths[k])]
+    jobs = [(split, k, size) for k in range(count) if not os.path.isdir(paths[k]) or cache_problem(paths[k])]
     if jobs:
-        os.makedirs(folder, exist_ok=True)
+        for old in glob.glob(os.path.join(glob.escape(folder), f"{split}_*.npz")):  # shards of an earlier version
+            os.remove(old)
         n = len(jobs) * size
         workers = min(os.cpu_count() or 1, MAX_WORKERS, len(jobs))
         print(f"generating Pathfinder ({split}: {n:,} images, Linsley/LRA settings) into {folder}, about "
@@ -282,14 +284,14 @@ def pathfinder_generated(folder, split, count):
                 results = pool.imap(pathfinder_shard, jobs)
             else:
                 results = map(pathfinder_shard, jobs)
-            for (_, k, _), (images, labels) in zip(jobs, results):
-                atomic_write(paths[k], lambda f: np.savez(f, images=images, labels=labels))
-    images, labels = [], []
+            for (_, k, _), shard in zip(jobs, results):
+                cached_dir(paths[k], lambda tmp, shard=shard: save_arrays(tmp, "shard", images=shard[0],
+                                                                          labels=shard[1]))
+    shards = []
     for p in paths:
-        with reading(p, "is damaged", "; delete it to generate it again"), np.load(p) as shard:
-            images.append(shard["images"])
-            labels.append(shard["labels"])
-    return np.concatenate(images), np.concatenate(labels)
+        with reading(p, "is damaged", "; delete it to generate it again"):
+            shards.append([np.load(os.path.join(p, f"shard.{a}.npy")) for a in ("images", "labels")])
+    return np.concatenate([i for i, _ in shards]), np.concatenate([y for _, y in shards])
 
 
 def read_pathfinder_metadata(path):

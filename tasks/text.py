@@ -118,20 +118,20 @@ def bpe_cls_task(name, cache_dir, key, read, tokenizer, block_size, default_leng
         return bert.wordpiece_cls_task(name, cache_dir, key, read, tokenizer, block_size, n_classes, splits)
     length = max(block_size, default_length)
     folder = os.path.join(cache_dir, name, f"{key}-{tokenizer}-L{length}")
-    if not os.path.isdir(folder):
-        def build(out):
-            enc = get_tokenizer(tokenizer, name) if key.startswith("local") else None
-            splits = read()
-            enc = enc or get_tokenizer(tokenizer, name)
-            print(f"{name}: tokenising {sum(len(t) for t, _ in splits.values()):,} texts with {tokenizer} ...",
-                  flush=True)
-            for split, (texts, labels) in splits.items():
-                tokens = bpe_rows(enc, texts, length)
-                labels = check_labels(labels, n_classes, f"{name}: the {split} split")
-                save_arrays(out, split, tokens=tokens, labels=labels, lengths=(tokens != 0).sum(-1).astype(np.int32))
-            save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab + 1})
 
-        cached_dir(folder, build, f"{name}: tokenised with {tokenizer}")
+    def build(out):
+        enc = get_tokenizer(tokenizer, name) if key.startswith("local") else None
+        splits = read()
+        enc = enc or get_tokenizer(tokenizer, name)
+        print(f"{name}: tokenising {sum(len(t) for t, _ in splits.values()):,} texts with {tokenizer} ...",
+              flush=True)
+        for split, (texts, labels) in splits.items():
+            tokens = bpe_rows(enc, texts, length)
+            labels = check_labels(labels, n_classes, f"{name}: the {split} split")
+            save_arrays(out, split, tokens=tokens, labels=labels, lengths=(tokens != 0).sum(-1).astype(np.int32))
+        save_json(os.path.join(out, "meta.json"), {"tokenizer": tokenizer, "vocab_size": enc.n_vocab + 1})
+
+    cached_dir(folder, build, f"{name}: tokenised with {tokenizer}")
     vocab_size = load_json(os.path.join(folder, "meta.json"))["vocab_size"]
     return cls_task(name, "cls", folder, vocab_size, block_size, n_classes, 0, splits)
 

@@ -41,7 +41,8 @@ def test_ptb_characters_are_the_files_own(tmp_path, monkeypatch):
         assert decode(chars, stream) == (folder / f"ptb.{name}.txt").read_text()
     assert task.sources["val"].endswith("ptb.valid.txt")
     (cached,) = os.listdir(tmp_path / "c" / "ptb-char")
-    assert sorted(os.listdir(tmp_path / "c" / "ptb-char" / cached)) == ["meta.json", "test.bin", "train.bin", "val.bin"]
+    assert sorted(os.listdir(tmp_path / "c" / "ptb-char" / cached)) == ["manifest.json", "meta.json", "test.bin",
+                                                                        "train.bin", "val.bin"]
     monkeypatch.setattr(lm, "read_text", lambda p: pytest.fail("the cache was not used"))
     again = data.load_task("ptb", cache_dir=tmp_path / "c", data_dir=str(folder), tokenizer="char", block_size=100)
     assert again.block_size == 100 and (again.split("test").stream == task.split("test").stream).all()
