@@ -4,6 +4,7 @@ BERT), every one checked before any data is read, and its model with its first w
 """
 
 import dataclasses
+import inspect
 import os
 
 import bert
@@ -35,8 +36,8 @@ def settings(argv, description=None):
     check_args(args)                                         # every flag, before any data is read
     args.device = pick_device(args.device)
     # the model's settings: a resumed run's, the --init_from checkpoint's with the fields given, or new
-    if ckpt is not None:
-        config_dict = ckpt["config"]
+    if ckpt is not None:                                     # (resume_state refused any field it cannot change)
+        config_dict = {**ckpt["config"], **{k: v for k, v in overrides.items() if k in given}}
     elif source is not None:
         config_dict = {**source["config"], **{k: v for k, v in overrides.items() if k in given}}
     else:
@@ -46,11 +47,16 @@ def settings(argv, description=None):
 
 
 def inherit_from(args, given):
-    """--init_from CKPT: the checkpoint, whose model the run takes, and its task unless --task is given (then its
-    data from the same place: --data_dir, --cache_dir, --tokenizer and the ListOps flags, unless given)."""
+    """--init_from CKPT: the checkpoint, whose model the run takes (a --model given must be the same), and its task
+    unless --task is given (then its data from the same place: --data_dir, --cache_dir, --tokenizer and the
+    ListOps flags, unless given). Config flags given are laid over the checkpoint's (settings)."""
     if not args.init_from:
         return None
     source = load_checkpoint(args.init_from)
+    if "model" in given and args.model != source["model_name"]:
+        raise UsageError(f"--model {args.model}: --init_from {args.init_from} holds a {source['model_name']} model, "
+                         f"whose weights the run would train instead; leave out --model, or train a {args.model} "
+                         "without --init_from")
     args.model = source["model_name"]
     if args.task is None:
         args.task = source["args"]["task"]
@@ -62,20 +68,44 @@ def inherit_from(args, given):
     return source
 
 
+# Under --resume, the settings that make the run what it is: given otherwise than the run's, they are refused. The
+# task's (every setting of a task loader but --cache_dir), the model's and where its first weights came from.
+TASK_SETTINGS = {p for loader in data.TASKS.values() for p in inspect.signature(loader).parameters} - {"cache_dir"}
+KEPT_ON_RESUME = {"model", "task", "preset", "eval_only", "init_from", "init_from_bert", "transfer_from", "steps",
+                  "lora_rank", "lora_alpha"} | TASK_SETTINGS
+# Config fields a resumed run may change: neither the weights nor what the trained model computes depend on them
+CHANGEABLE_FIELDS = {"dropout", "checkpointing", "chunk"}
+
+
+def same(a, b):
+    return a == b or isinstance(a, str) and isinstance(b, str) and os.path.normpath(a) == os.path.normpath(b)
+
+
 def resume_state(args, given):
-    """--resume: the checkpoint of the run in out_dir, whose flags fill those not given. Its model and task are
-    the run's: a --model or --task given must be the same."""
+    """--resume: the checkpoint of the run in out_dir, whose flags fill those not given. A flag given otherwise than
+    the run's is applied, and said, where a run may change it on its way (--max_iters, --lr, --dropout ...);
+    where it would change the model, its shape or weights, or the task, it is refused in one line."""
     if not args.resume:
         return None
     if args.out_dir is None:
         raise UsageError("--resume needs --out_dir, the folder of the run to continue")
+    if args.overwrite:
+        raise UsageError(f"--overwrite with --resume: --resume continues the run in {args.out_dir}, --overwrite "
+                         "would start a new one over it; give one of them")
     ckpt = load_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), need=("optimizer", "iter"))
-    model, task = ckpt["model_name"], ckpt["args"]["task"]
-    for name, value in (("model", model), ("task", task)):
-        if name in given and getattr(args, name) != value:
-            raise UsageError(f"--{name} {getattr(args, name)}: {args.out_dir} holds a {model} run on {task}, which "
-                             f"--resume continues as it is; leave out --{name}, or start a new run in another "
-                             "--out_dir")
+    changed = []
+    for k in sorted(given - {"resume", "out_dir", "overwrite"}):
+        run = ckpt["args"] if k in ckpt["args"] else ckpt["config"]
+        if k not in run or same(getattr(args, k), run[k]):
+            continue
+        if k in KEPT_ON_RESUME or run is ckpt["config"] and k not in CHANGEABLE_FIELDS:
+            detail = "" if k in ("model", "task") else f" with {k} {run[k]}"
+            raise UsageError(f"--{k} {getattr(args, k)}: {args.out_dir} holds a {ckpt['model_name']} run on "
+                             f"{ckpt['args']['task']}{detail}, which --resume continues as it is; leave out --{k}, "
+                             "or start a new run in another --out_dir")
+        changed.append(f"--{k} {getattr(args, k)} (the run had {run[k]})")
+    if changed:
+        print(f"resuming {args.out_dir} with {', '.join(changed)}")
     for k, v in ckpt["args"].items():
         if k not in given:
             setattr(args, k, v)

@@ -1,0 +1,93 @@
+"""A flag is honoured or refused (runsetup.py): under --resume, one that a run may change on its way is applied and
+said in one line, one that would change the model, its shape or weights, or the task is refused in one line before
+any data is read; --init_from takes the checkpoint's model and lays the Config flags given over its settings."""
+
+import pytest
+
+import data
+import runsetup
+import train
+from test_faults import one_line
+from test_train import TINY, run, write_listops
+
+
+@pytest.fixture(scope="module")
+def lra(tmp_path_factory):
+    return write_listops(tmp_path_factory.mktemp("lra"), 16, seed=1)
+
+
+@pytest.fixture(scope="module")
+def done(lra, tmp_path_factory):
+    """A finished 2-step SimpleTRON run on ListOps (dropout 0, n_embd 16, block_size 60)."""
+    out = tmp_path_factory.mktemp("run") / "o"
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--block_size", "60", "--out_dir", out)
+    return out
+
+
+@pytest.fixture
+def no_data(monkeypatch):
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+
+
+@pytest.mark.parametrize("flags, shown", [
+    (["--n_embd", "32"], "--n_embd 32: {out} holds a simpletron run on listops with n_embd 16"),
+    (["--block_size", "40"], "--block_size 40: {out} holds a simpletron run on listops with block_size 60"),
+    (["--attention", "softmax"], "--attention softmax: {out} holds a simpletron run on listops with attention simple"),
+    (["--listops_len", "5,50"], "--listops_len 5,50: {out} holds a simpletron run on listops with listops_len"),
+    (["--tokenizer", "byte"], "--tokenizer byte: {out} holds a simpletron run on listops with tokenizer gpt2"),
+    (["--data_dir", "elsewhere"], "--data_dir elsewhere: {out} holds a simpletron run on listops with data_dir"),
+    (["--preset", "paper"], "--preset paper: {out} holds a simpletron run on listops with preset cpu"),
+    (["--init_from", "{out}/ckpt.pt"], "--init_from {out}/ckpt.pt: {out} holds a simpletron run on listops with "
+                                       "init_from None"),
+    (["--overwrite"], "--overwrite with --resume: --resume continues the run in {out}, --overwrite would start a "
+                      "new one over it; give one of them"),
+])
+def test_resume_refuses_what_would_change_the_model_or_the_task(done, no_data, flags, shown):
+    with pytest.raises(train.UsageError) as e:
+        runsetup.settings(["--resume", "--out_dir", str(done), *[f.format(out=done) for f in flags]])
+    one_line(e, shown.format(out=done), *(["which --resume continues as it is", "another --out_dir"]
+                                          if flags != ["--overwrite"] else []))
+
+
+def test_resume_applies_and_says_what_a_run_may_change(done, capsys):
+    args, _, _, ckpt, _, config_dict = runsetup.settings([
+        "--resume", "--out_dir", str(done), "--max_iters", "5", "--lr", "0.01", "--dropout", "0.25",
+        "--n_embd", "16", "--data_dir", f"{ckpt_args(done)['data_dir']}/", "--eval_iters", "2"])
+    assert (args.max_iters, args.lr, config_dict["dropout"], config_dict["n_embd"]) == (5, 0.01, 0.25, 16)
+    said = capsys.readouterr().out.splitlines()
+    assert said == [f"resuming {done} with --dropout 0.25 (the run had 0.0), --lr 0.01 (the run had 0.0005), "
+                    "--max_iters 5 (the run had 2)"]       # the same values given again (a path with a /): unsaid
+    assert args.batch_size == 4 and ckpt["iter"] == 2       # the run's own, where not given
+
+
+def ckpt_args(out):
+    return train.load_checkpoint(str(out / "ckpt.pt"))["args"]
+
+
+def test_a_resumed_run_trains_with_the_changes(done, tmp_path):
+    import shutil
+    out = tmp_path / "o"
+    shutil.copytree(done, out)
+    m = run("--resume", "--out_dir", out, "--max_iters", "3", "--dropout", "0.5")
+    assert m["iters"] == 3 and m["config"]["dropout"] == 0.5 and m["args"]["max_iters"] == 3
+
+
+def test_init_from_lays_the_config_flags_given_over_the_checkpoints(done, lra, tmp_path):
+    """The checkpoint's dropout is 0 and its norm "post" (the cpu preset's): the flags given win, the rest is the
+    checkpoint's (n_embd 16), not the preset's (64)."""
+    _, _, source, _, _, config_dict = runsetup.settings(["--init_from", str(done / "ckpt.pt"), "--dropout", "0.3",
+                                                         "--norm", "pre", "--out_dir", str(tmp_path / "a")])
+    assert source["config"]["dropout"] == 0.0 and source["config"]["norm"] == "post"
+    assert (config_dict["dropout"], config_dict["norm"], config_dict["n_embd"]) == (0.3, "pre", 16)
+    m = run("--init_from", done / "ckpt.pt", "--dropout", "0.3", "--max_iters", "1", "--eval_iters", "1",
+            "--out_dir", tmp_path / "b")
+    assert m["config"]["dropout"] == 0.3 and m["config"]["n_embd"] == 16
+
+
+def test_init_from_refuses_another_model(done, no_data, tmp_path):
+    for model in ("transject", "softmax"):                   # softmax: the same weights' shapes, another model
+        with pytest.raises(train.UsageError) as e:
+            runsetup.settings(["--init_from", str(done / "ckpt.pt"), "--model", model, "--out_dir", str(tmp_path)])
+        one_line(e, f"--model {model}: --init_from {done / 'ckpt.pt'} holds a simpletron model, whose weights the "
+                 f"run would train instead; leave out --model, or train a {model} without --init_from")
+    runsetup.settings(["--init_from", str(done / "ckpt.pt"), "--model", "simpletron", "--out_dir", str(tmp_path)])
