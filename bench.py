@@ -687,7 +687,7 @@ def plot_generate(records, out, machine):
 def parse(argv):
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out/analysis", help="folder for speed.json, speed.md and the plots")
-    p.add_argument("--models", default="simpletron,softmax,transject,diffeqformer",
+    p.add_argument("--models", default=",".join(MODELS),
                    help="models of train.py, or one attention alone: " + ", ".join(ATTENTION))
     p.add_argument("--lengths", default="1024,4096")
     p.add_argument("--batch", type=int, default=1)

@@ -191,10 +191,16 @@ def resolved(*argv):
 
 
 def test_the_written_out_presets_are_the_old_tables(monkeypatch):
+    """The models and tasks of OLD_PRESETS only: a model or task added later brings its own rows. A failure here
+    means a preset of these models or tasks changed: if on purpose, change OLD_PRESETS above to match."""
     assert set(config.PRESETS) == set(OLD_PRESETS)
-    combos = [(m, t, p) for m in config.MODELS for t in data.TASKS for p in OLD_PRESETS]
+    models = {m for table in OLD_PRESETS.values() for m, _ in table}
+    tasks = sorted({t for table in OLD_PRESETS.values() for _, t in table} - {"*"} | {"textfile"})
+    combos = [(m, t, p) for m in sorted(models) for t in tasks for p in OLD_PRESETS]
     for m, t, p in combos:                                   # every model x task x preset: the same entry ...
-        assert config.preset_for(config.PRESETS[p], m, t) == config.preset_for(OLD_PRESETS[p], m, t), (m, t, p)
+        assert config.preset_for(config.PRESETS[p], m, t) == config.preset_for(OLD_PRESETS[p], m, t), (
+            f"the {p} preset of {m} on {t} is not OLD_PRESETS': if you changed it on purpose, change tests/"
+            "test_help.py's OLD_PRESETS too")
     new = {c: resolved("--model", c[0], "--task", c[1], "--preset", c[2]) for c in combos}
     monkeypatch.setattr(config, "PRESETS", OLD_PRESETS)
     for c in combos:                                         # ... and the same settings once resolved

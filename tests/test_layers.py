@@ -8,6 +8,7 @@ MODELS table, bench.py's nanoGPT file) are not seen here."""
 
 import ast
 import os
+import re
 import sys
 
 import pytest
@@ -84,6 +85,15 @@ GRAPH = {m: sorted({(line, dst) for line, dst in imports(read(m), m) if dst.spli
 
 def layer(module):
     return LAYERS[module.split(".")[0]]
+
+
+def test_the_architecture_page_draws_this_table():
+    """docs/architecture.md's picture: each "layer N" line names the files of layer N (tasks/*.py: tasks)."""
+    with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
+        drawn = {name: int(n) for n, files in re.findall(r"^ *layer (\d+) +(.*)$", f.read(), re.M)
+                 for name in re.findall(r"(\w+)(?:/\*)?\.py", files)}
+    assert drawn == LAYERS, ("docs/architecture.md's picture and LAYERS differ: "
+                             f"{sorted(set(drawn.items()) ^ set(LAYERS.items()))}; make the two agree")
 
 
 def test_the_reader_sees_every_kind_of_import():
