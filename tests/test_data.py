@@ -72,8 +72,8 @@ def assert_one_line_error(excinfo, *parts):
 # Splits, tokenizers, registry
 
 def test_all_tasks_are_known_to_train_py():
-    assert set(TEN) | {"textfile"} == set(data.TASKS)
-    for name in TEN:
+    assert set(TEN) | {"textfile"} <= set(data.TASKS)        # the papers' ten, and any task added since
+    for name in data.TASKS:
         args, given, _ = config.parse_args(["--task", name])
         assert args.task == name
 
@@ -88,6 +88,16 @@ def test_shifted_split_keeps_zero_bytes_and_pads_with_zero():
     assert batch_of(split.truncate(2))[0].tolist() == [[1, 8], [4, 1]]
     pairs = data.ClassificationSplit(np.zeros((1, 2, 4), np.uint8), [1], lengths=[[1, 3]], offset=1)
     assert batch_of(pairs)[0].tolist() == [[[1, 0, 0], [1, 1, 1]]]
+
+
+def test_the_samplers_can_draw_every_window_and_every_example():
+    """LMSplit.sample: any start from 0 to the last whose window (block_size + 1 tokens) fits, so the stream's last
+    token is a target; ClassificationSplit.sample: any example, the last too. 400 draws from 14 and 7 choices."""
+    stream = np.arange(1, 18)                                # 17 tokens, block_size 3: starts 0 .. 13
+    x, y = data.LMSplit(stream, 3).sample(400, np.random.default_rng(0))
+    assert set((x[:, 0] - 1).tolist()) == set(range(14)) and y.max() == 17 and torch.equal(x[:, 1:], y[:, :-1])
+    _, labels = data.ClassificationSplit(np.ones((7, 2), np.uint8), np.arange(7)).sample(400, np.random.default_rng(0))
+    assert set(labels.tolist()) == set(range(7))
 
 
 def test_byte_tokenizer_round_trip():
@@ -219,15 +229,16 @@ def test_pathfinder_task_makes_only_the_shards_it_needs(small_pathfinder, tmp_pa
     assert (task.kind, task.vocab_size, task.block_size, task.n_classes) == ("cls", 257, 1024, 2)
     sub = task.split("train").subset(150)                                  # shards 0 and 1 only
     folder = tmp_path / "pathfinder" / "generated"
-    assert sorted(os.listdir(folder)) == ["train_000.npz", "train_001.npz"] and len(sub) == 150
+    assert sorted(os.listdir(folder)) == ["train_000", "train_001"] and len(sub) == 150
     x, y = batch_of(sub)
-    shard = np.load(folder / "train_000.npz")
-    assert x.shape == (150, 1024) and (x[:100].numpy() == shard["images"].astype(np.int64) + 1).all()
+    assert sorted(os.listdir(folder / "train_000")) == ["manifest.json", "shard.images.npy", "shard.labels.npy"]
+    images = np.load(folder / "train_000" / "shard.images.npy")
+    assert x.shape == (150, 1024) and (x[:100].numpy() == images.astype(np.int64) + 1).all()
     assert x.min() >= 1 and x.max() <= 256 and set(y.tolist()) == {0, 1}   # pixel + 1: no padding inside
     assert len(task.split("train")) == 300 and len(task.split("test")) == 100
     x, y = task.split("val").sample(8, np.random.default_rng(0))
     assert x.shape == (8, 1024)
-    assert sorted(os.listdir(folder)) == ["test_000.npz", "train_000.npz", "train_001.npz", "val_000.npz"]
+    assert sorted(os.listdir(folder)) == ["test_000", "train_000", "train_001", "val_000"]
 
 
 def test_pathfinder_shards_are_the_same_in_parallel(small_pathfinder, monkeypatch, tmp_path):
@@ -573,7 +584,8 @@ def test_ptb_vocabulary_is_the_files_and_hugging_face_gives_the_same(tmp_path, h
                                                                          ("test", "test"))})
     remote = data.load_task("ptb", cache_dir=tmp_path / "c", data_dir=None, block_size=2)
     assert hf.calls == [("ptb-text-only/ptb_text_only", "penn_treebank")]
-    assert sorted(os.listdir(tmp_path / "c" / "ptb")) == ["ptb.test.txt", "ptb.train.txt", "ptb.valid.txt"]
+    assert sorted(os.listdir(tmp_path / "c" / "ptb")) == ["manifest.json", "ptb.test.txt", "ptb.train.txt",
+                                                          "ptb.valid.txt"]
     for s in ("train", "val", "test"):
         assert (remote.split(s).stream == local.split(s).stream).all()
 

@@ -90,3 +90,44 @@ def test_lm_baselines_score_the_4_gram_on_the_targets_of_the_bigram(tmp_path):
     assert four[1] == pytest.approx(math.exp(-np.log(p).mean()), rel=1e-12)
     assert four[1] < bi[1] < uni[1]                          # whole lines of train: the longer history knows more
     assert four[2] > bi[2]               # "a cat sat", never in train: the 4-gram trusts its few, always-alike contexts
+
+
+# ----------------------------------------------------------------------------------------------
+# Every smoothed distribution sums to one over the vocabulary after every context of a small hand-made stream
+
+STREAM = np.array([1, 2, 1, 3, 1, 2, 2, 4, 1, 3, 3, 1])      # ids 1..4 (the last the largest), V = 5 with padding 0
+
+
+def hand_task(window, V):
+    """A language-model Task that trains on STREAM and whose val and test splits are one window [v, w]: one target."""
+    def split(stream):
+        return lambda: data.LMSplit(np.asarray(stream), 1)
+    return data.Task("hand", "lm", V, 1, 0, {"train": split(STREAM), "val": split(window), "test": split(window)})
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_kneser_ney_sums_to_one_after_every_context_of_a_hand_made_stream(n):
+    V = 5
+    for history in np.ndindex(*(V,) * max(n - 1, 1)):        # every context, seen or not (0 too: never seen)
+        total = sum(kneser_ney(STREAM, [*history, w], n, V)[-1] for w in range(V))
+        assert total == pytest.approx(1.0, abs=1e-12), history
+
+
+def test_the_word_tables_bigram_and_unigram_sum_to_one_after_every_token():
+    """lm_baselines: p(w | v) = 1 / perplexity of the one window [v, w] (one target), for every v and w."""
+    V = int(STREAM.max()) + 1                                # ngram_perplexities' vocabulary: the ids it saw
+    for v in range(V):
+        totals = np.zeros(3)
+        for w in range(V):
+            totals += [1 / ppl for _, ppl, _ in experiments.lm_baselines(hand_task([v, w], V), {})]
+        assert totals == pytest.approx([1, 1, 1], abs=1e-12), v
+
+
+def test_the_character_tables_n_grams_sum_to_one_after_every_character():
+    """char_baselines: p(w | v) = 2 ** -(bits of the one window [v, w]), for every v and w."""
+    V = 6                                                    # the model's vocabulary: id 5 never in train
+    for v in range(V):
+        totals = np.zeros(3)
+        for w in range(V):
+            totals += [2.0 ** -bits for _, bits, _ in experiments.char_baselines(hand_task([v, w], V), {})]
+        assert totals == pytest.approx([1, 1, 1], abs=1e-12), v
