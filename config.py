@@ -50,18 +50,17 @@ def to_bool(s):
 
 
 def model_module(name):
-    """The module of MODELS[name], checked as it is registered: no Config field may take a name of train.py's flags
-    (its Config fields are flags too)."""
+    """The module of MODELS[name]; no Config field may take a train.py flag's name (its fields are flags too)."""
     if name not in MODELS:
         raise UsageError(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}")
     try:
         module = importlib.import_module(MODELS[name][0])
     except ModuleNotFoundError as e:
         raise UsageError(f"model {name!r} is not available here ({e})") from None
-    for f in dataclasses.fields(module.Config):
-        if f.name in DEFAULTS or f.name == "help":
-            raise UsageError(f"model {name!r}: its Config field {f.name} has the name of train.py's flag --{f.name}; "
-                             "rename the field (docs/architecture.md lists the names that are taken)")
+    taken = [f.name for f in dataclasses.fields(module.Config) if f.name in DEFAULTS or f.name == "help"]
+    if taken:
+        raise UsageError(f"model {name!r}: its Config field {taken[0]} has the name of train.py's flag --{taken[0]}; "
+                         "rename the field (docs/architecture.md lists the names that are taken)")
     return module
 
 
