@@ -34,17 +34,17 @@ imdb, agnews), retrieval.py and lm.py (ptb, wikitext103, openwebtext, textfile);
 Face and tiktoken, bert.py BERT's WordPiece. A task's files can be prepared alone, as nanoGPT's prepare.py: python -m tasks.listops --help.
 
 Token 0 is padding everywhere, so tokens that can be 0 are shifted: pixels and bytes become value + 1
-(vocabulary 257), BPE ids become id + 1 in classification. Language-model streams are never padded and
-keep the tokenizer's own ids (nanoGPT's uint16 .bin files), except the word/char vocabularies, which
-count from 1. --tokenizer picks the BPE: gpt2 (tiktoken, the default), any tiktoken encoding, byte (a
-tiktoken Encoding over the 256 byte values plus <|endoftext|>, built here: no download), char
-(textfile and ptb), or, for imdb and agnews, a Hugging Face BERT folder: BERT's WordPiece, [CLS] text [SEP]
-in BERT's own ids ([PAD] = 0, no + 1). Everything derived is cached under --cache_dir (written atomically,
-reused, rebuilt when any source file changes) and every split is one fixed, deterministic draw (independent
-of --seed, as ListOps: every run of a task is evaluated on the same examples). Where a release has no validation
-split (IMDb, AG News), val is held out of train (hold_out_val), never the test split. Bad or missing data fails
-at once with a DataError: one line naming the file (and line) or the task, what is wrong and what to do
-(docs/tasks.md).
+(vocabulary 257), BPE ids become id + 1 in classification. Language-model streams are never padded and keep
+the tokenizer's own ids (nanoGPT's uint16 .bin files), except the word/char vocabularies, which count from 1.
+--tokenizer picks the BPE: gpt2 (tiktoken, the default), any tiktoken encoding, byte (a tiktoken Encoding over
+the 256 byte values plus <|endoftext|>, built here: no download), char (textfile and ptb), or, for imdb and
+agnews, a Hugging Face BERT folder: BERT's WordPiece, [CLS] text [SEP] in BERT's own ids ([PAD] = 0, no + 1).
+Everything derived is cached under --cache_dir (written atomically, checked against its manifest before every
+use, rebuilt when damaged or when any source file changes) and every split is one fixed, deterministic draw
+(independent of --seed, as ListOps: every run of a task is evaluated on the same examples). Where a release
+has no validation split (IMDb, AG News), val is held out of train (hold_out_val), never the test split. Bad or
+missing data fails at once with a DataError: one line naming the file (and line) or the task, what is wrong
+and what to do (docs/tasks.md).
 """
 
 import argparse
