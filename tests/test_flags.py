@@ -91,3 +91,24 @@ def test_init_from_refuses_another_model(done, no_data, tmp_path):
         one_line(e, f"--model {model}: --init_from {done / 'ckpt.pt'} holds a simpletron model, whose weights the "
                  f"run would train instead; leave out --model, or train a {model} without --init_from")
     runsetup.settings(["--init_from", str(done / "ckpt.pt"), "--model", "simpletron", "--out_dir", str(tmp_path)])
+
+
+def test_a_config_field_named_like_a_flag_is_refused_in_one_line(monkeypatch):
+    import dataclasses
+    import sys
+    import types
+
+    import config
+
+    @dataclasses.dataclass
+    class Config:
+        n_layer: int = 1
+        warmup: int = 3                                      # a Linear Transformer's own warm-up: --warmup's name
+
+    monkeypatch.setitem(sys.modules, "shadowing", types.SimpleNamespace(Config=Config))
+    monkeypatch.setitem(config.MODELS, "shadowing", ("shadowing", {}))
+    with pytest.raises(train.UsageError) as e:
+        config.parse_args(["--model", "shadowing"])
+    one_line(e, "model 'shadowing': its Config field warmup has the name of train.py's flag --warmup; rename the field")
+    for name in set(config.MODELS) - {"shadowing"}:         # the registered models take none
+        config.model_module(name)

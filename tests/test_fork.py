@@ -174,3 +174,13 @@ def test_a_model_and_a_task_added_by_the_documented_steps_train(tmp_path):
             "tests/test_cache.py::test_every_task_and_every_setting_of_its_loader_is_covered",
             "tests/test_cache.py::test_a_cache_name_follows_every_setting_that_changes_its_content[mytask]")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_the_page_lists_the_reserved_names():
+    import config
+    with open(os.path.join(ROOT, "docs", "architecture.md"), encoding="utf-8") as f:
+        page = f.read()
+    paragraph = page[page.index("Reserved names"):].split("\n\n")[0]
+    listed = re.findall(r"`(\w+)`", paragraph.partition(":")[2])
+    assert listed == [*config.DEFAULTS, "help"], ("docs/architecture.md's reserved names are not config.FLAGS' (and "
+                                                  "help): list the flags there as config.FLAGS has them")
