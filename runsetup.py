@@ -19,9 +19,9 @@ def settings(argv, description=None):
     resumed run's > the --init_from checkpoint's > the preset > the defaults. Returns (args, batch_given, the
     --init_from checkpoint, the --resume checkpoint, BERT's weights, the model's settings)."""
     args, given, config_names = parse_args(argv, description)
-    source = inherit_from(args, given)                       # --init_from: its model, its task unless given
     batch_given = "batch_size" in given
-    ckpt = resume_state(args, given)                  # --resume: the run's own flags
+    ckpt = resume_state(args, given)                         # --resume: the run's own flags
+    source = None if ckpt else inherit_from(args, given)     # --init_from: its model, its task unless given
     pretrained = None
     if args.init_from_bert and ckpt is None:                 # SimpleTRON's Section 5.3: a pretrained BERT
         pretrained = bert.read_bert(args, given)

@@ -181,9 +181,14 @@ def test_every_file_of_a_set_and_its_manifest_are_needed(tmp_path, capsys):
     assert f"{folder} has a damaged manifest.json: building it again" in capsys.readouterr().out
 
 
+def write_a(out):
+    with open(os.path.join(out, "a.bin"), "wb") as f:
+        f.write(b"x" * 1000)
+
+
 def test_sizes_are_checked_every_time_and_checksums_once_after_a_change(tmp_path, monkeypatch):
     folder = tmp_path / "f"
-    data.cached_dir(str(folder), lambda out: open(os.path.join(out, "a.bin"), "wb").write(b"x" * 1000))
+    data.cached_dir(str(folder), write_a)
     read = []
     monkeypatch.setattr(data, "crc32", lambda p, real=data.crc32: read.append(p) or real(p))
     assert data.cache_problem(folder) is None and read == []           # stamps as written: no file is read
@@ -200,7 +205,7 @@ def test_sizes_are_checked_every_time_and_checksums_once_after_a_change(tmp_path
 
 def test_a_damaged_cache_that_cannot_be_built_again_is_refused_not_used(tmp_path):
     folder = tmp_path / "f"
-    data.cached_dir(str(folder), lambda out: open(os.path.join(out, "a.bin"), "wb").write(b"x" * 1000))
+    data.cached_dir(str(folder), write_a)
     cut(folder / "a.bin")
 
     def read_only(out):                                      # e.g. a cache folder of another user
