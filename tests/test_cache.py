@@ -181,6 +181,15 @@ def test_every_file_of_a_set_and_its_manifest_are_needed(tmp_path, capsys):
     assert f"{folder} has a damaged manifest.json: building it again" in capsys.readouterr().out
 
 
+def test_a_cached_array_with_a_row_too_few_is_built_again(tmp_path, capsys):
+    before = content(load("listops", LISTOPS_SMALL, tmp_path / "c"))
+    (folder,) = cached_folders(tmp_path / "c")
+    labels = os.path.join(folder, "val.labels.npy")
+    np.save(labels, np.load(labels)[:-1])                    # a valid array of 6 labels for 7 examples
+    assert content(load("listops", LISTOPS_SMALL, tmp_path / "c")) == before
+    assert "val.labels.npy of 134 bytes, not the 135 written: building it again" in capsys.readouterr().out
+
+
 def write_a(out):
     with open(os.path.join(out, "a.bin"), "wb") as f:
         f.write(b"x" * 1000)
