@@ -568,19 +568,20 @@ def cached_dir(folder, build, what=None):
     """`folder`, built once by build(tmp) into a temporary folder that gets its manifest and is then renamed into
     place (atomic: an interrupted build leaves no half-written cache, and what a killed one leaves is removed by
     the next load_task). Concurrent builders: the first rename wins. A folder that fails its check (cache_problem)
-    is built again, said in one line, and replaced only once the new one is whole. Once built, `what` (if given)
-    and where is printed: nothing before the build has its data, so that a missing source is reported by its
-    one-line error."""
+    is built again, said in one line, and replaced only once the new one is whole; a build that cannot write (a
+    read-only folder, a full disk) is a one-line DataError, never the damaged folder. Once built, `what` (if
+    given) and where is printed: nothing before the build has its data, so that a missing source is reported by
+    its one-line error."""
     problem = cache_problem(folder) if os.path.isdir(folder) else None
     if os.path.isdir(folder) and problem is None:
         return folder
     if problem:
         print(f"{folder} {problem}: building it again", flush=True)
-    os.makedirs(os.path.dirname(folder) or ".", exist_ok=True)
     tmp = temp_path(folder)
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
     try:
+        os.makedirs(os.path.dirname(folder) or ".", exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
         build(tmp)
         write_manifest(tmp)
         if os.path.isdir(folder) and cache_problem(folder):  # (not one another process has just built)
@@ -588,9 +589,11 @@ def cached_dir(folder, build, what=None):
             os.replace(folder, aside)
             shutil.rmtree(aside, ignore_errors=True)
         os.replace(tmp, folder)
-    except OSError:                                          # fine if another process has just built it
+    except OSError as e:                                     # fine if another process has just built it
         if not os.path.isdir(folder) or cache_problem(folder):
-            raise
+            raise DataError(f"cannot build the cache {folder} ({e.strerror or one_line(e, 100)}"
+                            f"{f': {e.filename}' if e.filename else ''}); make --cache_dir writable, or use "
+                            "another") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if what:

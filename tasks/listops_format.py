@@ -13,7 +13,7 @@ import shutil
 
 import numpy as np
 
-from data import ClassificationSplit, DataError, atomic_write, cached_dir, one_line, reading
+from data import ClassificationSplit, DataError, atomic_write, cache_problem, cached_dir, one_line, reading
 
 
 LISTOPS_OPS = ("[MIN", "[MAX", "[MED", "[SM")
@@ -159,24 +159,22 @@ def listops_split(path, cache_dir, block_size=None, fix="fix or remove that line
     version = hashlib.sha1(f"{st.st_size}|{st.st_mtime_ns}|{st.st_ino}".encode()).hexdigest()[:10]
     root = os.path.join(cache_dir, "listops-npy")
     folder = os.path.join(root, f"{name}-{version}")
-    arrays, parsed = ("tokens", "lengths", "labels"), []
-
-    def build(tmp):
-        parsed.extend(read_listops_arrays(path, fix, progress=True))
-        for a, value in zip(arrays, parsed):
-            np.save(os.path.join(tmp, f"{a}.npy"), value)
-
-    cached = None
-    with contextlib.suppress(OSError):                       # no cache (read-only, or another run won): fine
-        cached = cached_dir(folder, build)
-        for old in glob.glob(os.path.join(root, f"{name}-*")):   # arrays of an older version of this TSV
-            if old != folder and ".tmp" not in old:
-                shutil.rmtree(old, ignore_errors=True)
-    if cached and not parsed:                                # checked by cached_dir: memory-mapped
+    names = ("tokens", "lengths", "labels")
+    if os.path.isdir(folder) and cache_problem(folder) is None:      # cached, and whole: memory-mapped
         with reading(folder, "is damaged", f"; delete {folder} to parse the TSV again"):
-            parsed = [np.load(os.path.join(folder, f"{a}.npy"), mmap_mode="r" if a == "tokens" else None)
-                      for a in arrays]
-    tokens, lengths, labels = parsed or read_listops_arrays(path, fix, progress=True)
+            tokens, lengths, labels = (np.load(os.path.join(folder, f"{a}.npy"), mmap_mode="r" if a == "tokens" else
+                                               None) for a in names)
+    else:
+        tokens, lengths, labels = arrays = read_listops_arrays(path, fix, progress=True)
+
+        def build(tmp):
+            for a, value in zip(names, arrays):
+                np.save(os.path.join(tmp, f"{a}.npy"), value)
+        with contextlib.suppress(DataError):                 # no cache (read-only, a full disk): the arrays serve
+            cached_dir(folder, build)
+            for old in glob.glob(os.path.join(root, f"{name}-*")):   # arrays of an older version of this TSV
+                if old != folder and ".tmp" not in old:
+                    shutil.rmtree(old, ignore_errors=True)
     return ClassificationSplit(tokens, labels, lengths).truncate(block_size or tokens.shape[1])
 
 

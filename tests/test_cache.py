@@ -218,9 +218,12 @@ def test_a_damaged_cache_that_cannot_be_built_again_is_refused_not_used(tmp_path
     cut(folder / "a.bin")
 
     def read_only(out):                                      # e.g. a cache folder of another user
-        raise OSError(errno.EROFS, "Read-only file system")
-    with pytest.raises(OSError):
+        raise OSError(errno.EROFS, "Read-only file system", os.path.join(out, "a.bin"))
+    with pytest.raises(data.DataError) as e:
         data.cached_dir(str(folder), read_only)
+    assert str(e.value).startswith(f"cannot build the cache {folder} (Read-only file system: ") and "\n" not in str(
+        e.value)
+    assert data.cache_problem(folder).startswith("has a a.bin of 500 bytes")          # left as it was
 
 
 def test_train_py_trains_on_the_rebuilt_cache_not_the_cut_one(tmp_path, capsys):
