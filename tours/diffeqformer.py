@@ -45,7 +45,6 @@ if "ipykernel" not in sys.modules:     # a script: no display, figures are drawn
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 import diffeqformer as deq             # the model file this tour reads
 
@@ -320,8 +319,8 @@ plt.show()
 # (right) they appear only beyond a few hundred steps: below that, every method misses by a tenth or more of how
 # far $X$ moves, whatever its order. The reason is the wiggle of section 2: an order-$p$ error bound holds once
 # $\Delta t$ resolves the fastest change of $f$, here $\sin(1000\,t)$, i.e. $\Delta t \ll 1/1000$. A trained
-# model with a few to a few dozen steps is far from that regime: it does not approximate a flow, it *is* its few Euler steps,
-# which is what the next section is about.
+# model with a few to a few dozen steps is far from that regime: it does not approximate a flow, it *is* its few
+# Euler steps, which is what the next section is about.
 
 # %% [markdown]
 # ## 6. `discretize(n)`: the ODE model as an ordinary $n$-block transformer (§6.2)
