@@ -290,8 +290,6 @@ def spread(X):
 
 def load(path, device="cpu"):
     """(model, checkpoint) of a train.py checkpoint, in eval mode."""
-    if path is None:
-        raise UsageError("this subcommand needs --ckpt PATH (a ckpt.pt written by train.py)")
     ckpt = load_checkpoint(path)                            # UsageError if missing, unreadable or not train.py's
     model = build_model(ckpt["model_name"], ckpt["config"])
     try:
@@ -317,16 +315,18 @@ def attention_weights(model, times=None):
             W = model.attention_weights(float(t))
             out.append((float(t), W["q"], W["k"], W["v"], W.get("o")))
         return out
-    blocks = getattr(model, "blocks", None)
-    if blocks is None or not all(hasattr(getattr(b, "attn", None), "qkv") for b in blocks):
-        raise UsageError(f"spectra needs query/key/value weights; {type(model).__module__} has none "
-                         "(TransJect's attention X U Sigma V has no W_Q W_K^T)")
-    for layer, block in enumerate(blocks, 1):
+    for layer, block in enumerate(model.blocks, 1):
         W = block.attn.qkv.weight.detach()                   # (3D, D) = [Wq^T; Wk^T; Wv^T]
         out_map = block.attn.out                             # nn.Linear, OrthogonalLinear, or nn.Identity (none)
         Wo = out_map.weight.detach().T if hasattr(out_map, "weight") else None
         out.append((layer, W[:D].T, W[D:2 * D].T, W[2 * D:].T, Wo))
     return out
+
+
+def has_qkv(model):
+    """True for a model whose attention has query, key and value weights (TransJect's X U Sigma V has none)."""
+    blocks = getattr(model, "blocks", None)
+    return ode_model(model) or blocks is not None and all(hasattr(getattr(b, "attn", None), "qkv") for b in blocks)
 
 
 def model_times(model):
@@ -425,6 +425,7 @@ def write_json(out, name, obj):
 
 
 def save_fig(fig, out, name):
+    os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"{name}.png")
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -443,11 +444,9 @@ def cx(z):
 # Subcommands
 
 def cmd_spectra(args):
-    model, ckpt = load(args.ckpt[0] if args.ckpt else None)
+    (model, ckpt), = args.models
     H = model.config.n_head
     times = None
-    if args.grid and not (ode_model(model) and not getattr(model.config, "discrete", False)):
-        raise UsageError("--grid is for an ODE model (DiffEqFormer, not discretised): W(t) at any t")
     if args.grid:
         times = np.linspace(0.0, 1.0, args.grid).tolist()
     rows, has_out = [], False
@@ -510,13 +509,8 @@ def cmd_spectra(args):
 
 
 def cmd_lyapunov(args):
-    model, ckpt = load(args.ckpt[0] if args.ckpt else None)
-    if not ode_model(model):
-        raise UsageError(f"lyapunov needs a DiffEqFormer checkpoint (a model that is an ODE in depth); "
-                         f"{args.ckpt[0]} holds {ckpt['model_name']}")
-    if model.config.head != "lm":
-        raise UsageError("lyapunov reads the next-token sensitivity of a language model (head lm)")
-    idx, labels = encode_text(args.text, ckpt)
+    (model, ckpt), = args.models
+    idx, labels = args.tokens
     N = idx.shape[1]
     with torch.no_grad():
         traj = model.trajectory(idx)                         # states where the Euler steps evaluate f
@@ -567,12 +561,8 @@ def cmd_lyapunov(args):
 
 
 def cmd_activation(args):
-    if not args.ckpt:
-        raise UsageError("activation needs at least one --ckpt PATH")
     results = []
-    for path in args.ckpt:
-        model, ckpt = load(path)
-        x = sample_batch(ckpt, args.n_seq, args.max_len, args.seed)
+    for path, (model, ckpt), x in zip(args.ckpt, args.models, args.batches):
         states, mask = layer_states(model, x)
         X0 = states[0]
         m = mask if mask is not None else torch.ones(X0.shape[:2], dtype=torch.bool)
@@ -620,14 +610,8 @@ def cmd_activation(args):
 
 
 def cmd_experts(args):
-    if not args.ckpt:
-        raise UsageError("experts needs --ckpt PATH of a TransJect checkpoint (several allowed)")
     results = []
-    for path in args.ckpt:
-        model, ckpt = load(path)
-        if not hasattr(model, "expert_weights") or not hasattr(model, "residual_weights"):
-            raise UsageError(f"experts needs a TransJect checkpoint; {path} holds {ckpt['model_name']}")
-        x = sample_batch(ckpt, args.n_seq, args.max_len, args.seed)
+    for path, (model, ckpt), x in zip(args.ckpt, args.models, args.batches):
         with torch.no_grad():                                # per layer (B, E), or (B, L, E) for head lm
             lam = [w.detach().double().reshape(-1, w.shape[-1]) for w in model.expert_weights(x)]
         res = {k: float(v) for k, v in model.residual_weights().items()}
@@ -680,20 +664,18 @@ def read_attention_std(run):
     if problem:
         raise UsageError(f"--run {run}: {path} {problem} (a folder of python train.py ... --attn_std_interval N)")
     records = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            try:
-                r = json.loads(line)
-            except ValueError:
-                raise UsageError(f"{path}, line {n}: not JSON; is this a train.py log?") from None
-            if "score_std" in r:
-                records.append(r)
+    for n, line in enumerate(data.read_lines(path), 1):
+        r = curves.record(line)
+        if r is None:
+            raise UsageError(f"{path}, line {n}: not a record of train.py's log (a JSON object with a step)")
+        if "score_std" in r:
+            records.append(r)
     if not records:
         raise UsageError(f"--run {run}: its log.jsonl has no attention std; train it with --attn_std_interval N")
     label = os.path.basename(os.path.abspath(run))
     meta = os.path.join(run, "metrics.json")
     if not data.file_problem(meta):
-        with open(meta) as f:
+        with data.reading(meta, "is damaged"), open(meta) as f:
             m = json.load(f)
         acc = m.get("test_acc")
         label += f" (test acc {100 * acc:.1f}%)" if isinstance(acc, (int, float)) else ""
@@ -703,9 +685,7 @@ def read_attention_std(run):
 def cmd_attnstd(args):
     """SimpleTRON's Fig. 5: the standard deviation of each block's attention weights (Q K^T / sqrt(n) for
     SimpleTRON, Q K^T / sqrt(d) for softmax without the softmax) and of its attention output, over training."""
-    if not args.run:
-        raise UsageError("attnstd needs --run DIR, a run of train.py --attn_std_interval N (several allowed)")
-    runs = [(run, *read_attention_std(run)) for run in args.run]
+    runs = [(run, *records) for run, records in zip(args.run, args.logs)]
     fig, axes = plt.subplots(len(runs), 2, figsize=(12, 3.2 * len(runs) + 0.6), squeeze=False, sharex=True)
     results = []
     for row, (run, records, label) in enumerate(runs):
@@ -770,13 +750,7 @@ def last_values(row):
 
 def cmd_curves(args):
     """The training curves of train.py runs (curves.py); the seeds of one row as their mean and a band."""
-    runs = list(args.runs) + (table_runs(args.table) if args.table else [])
-    if not runs:
-        raise UsageError("curves needs run folders (python analyze.py curves out/a out/b) or --table NAME")
-    for run in runs:
-        problem = data.file_problem(os.path.join(run, "log.jsonl"))
-        if problem:
-            raise UsageError(f"{run}: {os.path.join(run, 'log.jsonl')} {problem} (a folder of python train.py ...)")
+    runs = args.runs
     png = os.path.join(args.out, "curves.png")
     rows = curves.plot_runs(runs, png)
     path = write_json(args.out, "curves", {"note": "per row, the last val values that all its seeds have: their "
@@ -805,10 +779,7 @@ def growth(degree):
 
 
 def cmd_cluster(args):
-    try:
-        degrees = [int(d) for d in args.degrees.split(",")]
-    except ValueError:
-        raise UsageError(f"--degrees takes integers separated by commas, not {args.degrees!r}") from None
+    degrees = [int(d) for d in args.degrees.split(",")]
     x0, (Wq, Wk, Wv) = cluster_start(args.seed, args.tokens, weights=args.weights)
     runs = []
     for deg in degrees:
@@ -944,19 +915,76 @@ def parse(argv):
     args = p.parse_args(argv)
     if args.command is None:
         raise UsageError("give a subcommand: " + ", ".join(SUBCOMMANDS) + " (python analyze.py --help)")
-    check(args)
     return args
 
 
+# How much a subcommand may be asked to do: beyond, it would run for hours or fill the memory (and the estimates
+# gain nothing). W(t) at --grid times (an eigenproblem per head each); --n_seq sequences (means over them); cluster:
+# --tokens points (distances between all pairs at each of --steps steps), g(t) = 1 + t^k below 10^20 for t <= T (8 panels at most).
+MOST = {"grid": 10_000, "n_seq": 10_000, "tokens": 1_000, "steps": 100_000, "T": 1_000}
+MOST_GROWTH = 20                   # decimal digits
+
+
 def check(args):
-    """Every flag, before any work: one line naming the flag, its value and what is allowed."""
+    """Every flag and input of the subcommand, before any work, each a line naming the flag or file, its value and
+    what is allowed. The inputs are read here: args.models, (model, checkpoint) for each --ckpt, with args.batches
+    (their task's sequences: activation, experts) or args.tokens (the ids and labels of --text: lyapunov); args.logs
+    (attnstd); args.runs (curves, with --table's)."""
     for name, value in vars(args).items():
         check_value(name, value)
-    path = os.path.abspath(args.out)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {args.out}: {path} is not a folder this command can write in")
+        if name in MOST and value > MOST[name]:
+            raise UsageError(f"--{name} {value:,}: allowed is at most {MOST[name]:,} (python analyze.py {args.command} "
+                             "--help)")
+    if data.writable_problem(args.out):
+        raise UsageError(f"--out {args.out or repr(args.out)}: {data.writable_problem(args.out)}")
+    if args.command in CKPT:
+        check_models(args)
+    elif args.command == "cluster":
+        degrees = [int(d) for d in args.degrees.split(",")]
+        if len(degrees) > 8 or any(d * math.log10(args.T) > MOST_GROWTH for d in degrees):
+            raise UsageError(f"--degrees {args.degrees} with --T {args.T:g}: allowed are at most 8 degrees k, with "
+                             f"g(t) = 1 + t^k below 1e{MOST_GROWTH} (one panel each)")
+    elif args.command == "attnstd":
+        if not args.run:
+            raise UsageError("attnstd needs --run DIR, a run of train.py --attn_std_interval N (several allowed)")
+        args.logs = [read_attention_std(run) for run in args.run]
+    elif args.command == "curves":
+        args.runs = list(args.runs) + (table_runs(args.table) if args.table else [])
+        if not args.runs:
+            raise UsageError("curves needs run folders (python analyze.py curves out/a out/b) or --table NAME")
+        for run in args.runs:
+            path = os.path.join(run, "log.jsonl")
+            problem = data.file_problem(path) or (None if any(map(curves.record, data.read_lines(path))) else
+                                                  "holds no record of a step")
+            if problem:
+                raise UsageError(f"{run}: {path} {problem} (a folder of python train.py ...)")
+
+
+def check_models(args):
+    """The checkpoints of spectra, lyapunov, activation and experts, loaded and checked for the subcommand."""
+    cmd, paths = args.command, args.ckpt or []
+    if not paths or len(paths) > 1 and cmd in ("spectra", "lyapunov"):
+        raise UsageError(f"{cmd} takes {'one --ckpt PATH' if cmd in ('spectra', 'lyapunov') else '--ckpt PATH'} "
+                         f"({CKPT[cmd]}; python analyze.py {cmd} --help)")
+    args.models = [load(path) for path in paths]
+    for path, (model, ckpt) in zip(paths, args.models):
+        holds = f"{path} holds {ckpt['model_name']}{'' if model.config.head == 'lm' else ' (a classifier)'}"
+        if cmd == "spectra" and not has_qkv(model):
+            raise UsageError(f"spectra needs query/key/value weights; {holds}: TransJect's attention X U Sigma V has "
+                             "no W_Q W_K^T")
+        if cmd == "spectra" and args.grid and not (ode_model(model) and not getattr(model.config, "discrete", False)):
+            raise UsageError(f"--grid is for an ODE model (DiffEqFormer, not discretised): W(t) at any t; {holds}")
+        if cmd == "lyapunov" and not (ode_model(model) and model.config.head == "lm"):
+            raise UsageError(f"lyapunov needs a DiffEqFormer checkpoint of a language model (an ODE in depth); {holds}")
+        if cmd == "experts" and not (hasattr(model, "expert_weights") and hasattr(model, "residual_weights")):
+            raise UsageError(f"experts needs a TransJect checkpoint; {holds}")
+    if cmd == "lyapunov":
+        args.tokens = encode_text(args.text, args.models[0][1])
+        N = args.tokens[0].shape[1]
+        if not -N <= args.position < N:
+            raise UsageError(f"--position {args.position}: --text gives {N} tokens, so allowed is {-N} to {N - 1}")
+    if cmd in ("activation", "experts"):
+        args.batches = [sample_batch(ckpt, args.n_seq, args.max_len, args.seed) for _, ckpt in args.models]
 
 
 COMMANDS = {"spectra": cmd_spectra, "lyapunov": cmd_lyapunov, "activation": cmd_activation,
@@ -965,7 +993,7 @@ COMMANDS = {"spectra": cmd_spectra, "lyapunov": cmd_lyapunov, "activation": cmd_
 
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
-    os.makedirs(args.out, exist_ok=True)
+    check(args)
     return COMMANDS[args.command](args)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data import DataError, Task, cached_dir, cls_task, prepare_main, release, save_arrays, task
+from data import DataError, Task, cached_dir, cls_task, release, save_arrays, task
 from tasks.listops_format import (LISTOPS_OPS, LISTOPS_VOCAB, listops_rows, listops_split, listops_tokens,
                                   write_listops_tsv)
 
@@ -260,7 +260,8 @@ def tsv_task(folder, paths, block_size, cache_dir, fix):
     return Task("listops", "cls", len(LISTOPS_VOCAB), block_size, 10, loaders, missing, paths)
 
 
-@task("listops")
+@task("listops", help={"tsv": "also write the splits into the cache folder as LRA's basic_train.tsv, basic_val.tsv "
+                                  "and basic_test.tsv (its release format, for LRA's own code)"})
 def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LISTOPS_DEPTH, listops_args=LISTOPS_ARGS,
             listops_len=LISTOPS_LEN, listops_sizes=tuple(LISTOPS_SIZES.values()), tsv=False, **_):
     """LRA ListOps from --data_dir's basic_*.tsv, or generated once as arrays into cache_dir/listops (the LRA
@@ -296,8 +297,3 @@ def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LIST
             write_listops_tsv(path, listops_rows(full.split(s)))
         print(f"listops: wrote {', '.join(map(os.path.basename, tsvs.values()))} into {folder}", flush=True)
     return cls_task("listops", "cls", folder, len(LISTOPS_VOCAB), block_size, 10, 0, {s: s for s in tsvs})
-
-
-if __name__ == "__main__":                                   # python -m tasks.listops: prepare its files alone
-    prepare_main("listops", help={"tsv": "also write the splits into the cache folder as LRA's basic_train.tsv, "
-                                          "basic_val.tsv and basic_test.tsv (its release format, for LRA's own code)"})
