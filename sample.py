@@ -19,13 +19,18 @@ DiffEqFormer with a KV cache; a model sees at most its block_size last tokens (s
 import argparse
 import math
 import os
+import signal
 import sys
 
-import torch
+if __name__ == "__main__":                                   # Ctrl-C while torch loads: stop at once, quietly
+    signal.signal(signal.SIGINT, signal.SIG_DFL)             # (data.run_main reports it in one line once running)
 
-import data
-import tasks  # noqa: F401  (registers every task)
-from config import Parser, UsageError, build_model, check_device, check_value, load_checkpoint, pick_device
+import torch  # noqa: E402
+
+import data  # noqa: E402
+import tasks  # noqa: E402, F401  (registers every task)
+from config import (Parser, UsageError, build_model, check_config, check_device, check_value, load_checkpoint,  # noqa: E402
+                    pick_device)
 
 WORD_HELP = "PTB is lower case, rare words are <unk> and numbers N"
 # What one call may ask for. Each new token is one step of the model after the last (about 10 ms a token for a
@@ -76,11 +81,14 @@ def check(args):
     ids = tok.encode(prompt)
     if not ids:
         raise UsageError("--start is empty: give at least one token of text")
+    check_config(ckpt["model_name"], ckpt["config"])       # every value within its limits
     model = build_model(ckpt["model_name"], ckpt["config"])
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
         raise UsageError(f"{args.ckpt}: the weights do not fit the model ({str(e).splitlines()[0]})") from None
+    if not all(w.isfinite().all() for w in model.state_dict().values() if w.is_floating_point()):
+        raise UsageError(f"{args.ckpt}: a weight is not finite (nan or inf); sample from another checkpoint")
     device = pick_device(args.device)
     check_memory(args, model.config, len(ids), device)
     return model, tok, ids, device
@@ -111,7 +119,7 @@ def read_prompt(start):
     if not problem and os.path.getsize(path) > MAX_PROMPT_MB * 2**20:
         problem = f"is {os.path.getsize(path) / 2**20:,.0f} MB, more than a prompt's {MAX_PROMPT_MB} MB"
     if problem:
-        raise UsageError(f"--start FILE:{path} {problem}")
+        raise UsageError(f"--start FILE:{path} cannot be read: it {problem}")
     return data.read_text(path)
 
 

@@ -10,11 +10,15 @@ Python imports before it runs X, does it and stops, so a new task module needs n
 import importlib
 import importlib.util
 import re
+import signal
 import sys
 
-import data
-from tasks import image, listops, listops_rules, lm, pathfinder, retrieval, text  # noqa: F401  (each registers its tasks)
-from tasks.sources import check_tokenizer
+if sys.argv[0] == "-m":                                      # python -m tasks.X: Ctrl-C while torch loads stops at
+    signal.signal(signal.SIGINT, signal.SIG_DFL)             # once, quietly (data.run_main reports it once running)
+
+import data  # noqa: E402
+from tasks import image, listops, listops_rules, lm, pathfinder, retrieval, text  # noqa: E402,F401  (register)
+from tasks.sources import check_tokenizer  # noqa: E402
 
 # the order in which train.py --help lists them: LRA's five, then the short texts, then language modelling; a task
 # not named here (a new one) comes after them
