@@ -366,13 +366,11 @@ def run_main(main, *errors):
     signal.signal(signal.SIGINT, signal.default_int_handler)   # (a program may ignore Ctrl-C while it imports)
     try:
         return main()
-    except (DataError, *errors) as e:
-        message = str(e)
     except BrokenPipeError:                                  # the reader of stdout is gone (... | head): quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(1)
-    except OSError as e:                                     # found while working: a folder gone, a full disk
-        message = f"{e.filename or 'a file'}: {e.strerror or one_line(e, 150)}; check that path (and the free space)"
+    except (DataError, OSError, *errors) as e:               # (an OS error found while working: a full disk)
+        message = error_line(e)
     except (MemoryError, torch.OutOfMemoryError) as e:
         message = f"out of memory ({one_line(e, 100) if str(e) else 'MemoryError'}): ask for less (fewer or shorter " \
                   "sequences, a smaller model) or use a device with more memory"
@@ -381,6 +379,13 @@ def run_main(main, *errors):
         sys.exit(130)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def error_line(e):
+    """What a program that stops on the error `e` says: its message; for an OS error, the path and the reason."""
+    if isinstance(e, OSError):
+        return f"{e.filename or 'a file'}: {e.strerror or one_line(e, 150)}; check that path (and the free space)"
+    return str(e)
 
 
 def writable_problem(path):
