@@ -484,11 +484,8 @@ def cmd_spectra(args):
             axm.plot([r["depth"] for r in rows], mags, "-o", ms=3, color=colors[h], label=f"head {h}")
         ax.axhline(0, color="gray", lw=0.6)
         ax.tick_params(labelbottom=True)
-        ax.set_title(f"{title}: eigenvalues (real part)")
-        ax.set_ylabel("Re(eigenvalue)")
-        axm.set_title(f"{key.upper()}: largest |eigenvalue| per head")
-        axm.set_ylabel("max |eigenvalue|")
-        axm.set_xlabel(axis)
+        ax.set(title=f"{title}: eigenvalues (real part)", ylabel="Re(eigenvalue)")
+        axm.set(title=f"{key.upper()}: largest |eigenvalue| per head", ylabel="max |eigenvalue|", xlabel=axis)
         ax.legend(fontsize=7, ncol=2)
         if ode:
             axm.set_xlim(-0.03, 1.03)
@@ -539,8 +536,7 @@ def cmd_lyapunov(args):
     im = axes[0].imshow(top, cmap="magma", vmax=vmax)
     axes[0].set_xticks(range(N), labels, rotation=60, ha="right", fontsize=8)
     axes[0].set_yticks(range(N), labels, fontsize=8)
-    axes[0].set_xlabel("input token i (perturbed)")
-    axes[0].set_ylabel("output token j")
+    axes[0].set(xlabel="input token i (perturbed)", ylabel="output token j")
     axes[0].set_title("largest token-level Lyapunov exponent \u03bb\u2081(j, i); colours scaled to i < j "
                       "(the diagonal i = j is larger and saturates)", fontsize=10)
     fig.colorbar(im, ax=axes[0], label="\u03bb\u2081")
@@ -550,8 +546,7 @@ def cmd_lyapunov(args):
         ax.bar(range(j), vals, color=plt.cm.magma(0.15 + 0.7 * (vals - vals.min()) / max(np.ptp(vals), 1e-12)))
         ax.set_xticks(range(j), labels[:j], rotation=60, ha="right", fontsize=8)
     ax.axhline(0, color="gray", lw=0.6)
-    ax.set_xlabel("input token i")
-    ax.set_ylabel("\u03bb\u2081(j, i)")
+    ax.set(xlabel="input token i", ylabel="\u03bb\u2081(j, i)")
     ax.set_title(f"sensitivity of output token j = {j} ({labels[j]!r}, which predicts the next word) to each "
                  f"earlier token; to itself: \u03bb\u2081 = {top[j, j]:.3f}", fontsize=10)
     fig.tight_layout()
@@ -597,8 +592,7 @@ def cmd_activation(args):
             ax.plot([], [], color=color, lw=6, label=r["label"])
         L = max(len(r[key]) for r in results)
         ax.set_xticks(range(L), [str(l) for l in range(L)])
-        ax.set_xlabel("layer l (0 = embeddings)")
-        ax.set_ylabel(ylabel)
+        ax.set(xlabel="layer l (0 = embeddings)", ylabel=ylabel)
         ax.legend(fontsize=8)
     axes[0].axhline(1.0, color="gray", lw=0.6, ls="--")
     axes[0].set_yscale("log")                                # ticks between the decades too: 29.5 and 55 readable
@@ -634,8 +628,8 @@ def cmd_experts(args):
         for l, w in enumerate(r["expert_weights"]):
             ax.hist(np.ravel(w), bins=50, range=(0, 1), histtype="step", lw=1.5, label=f"layer {l + 1}")
         ax.axvline(1 / E, color="gray", ls="--", lw=0.8, label=f"1/E = {1 / E:.2f} (balanced)")
-        ax.set_xlabel("expert weight \u03bb_e (softmax over the experts)")
-        ax.set_ylabel(f"count ({r['n_weight_vectors']} weight vectors x {E} experts)")
+        ax.set(xlabel="expert weight \u03bb_e (softmax over the experts)",
+               ylabel=f"count ({r['n_weight_vectors']} weight vectors x {E} experts)")
         ax.set_title(f"{r['label']}, {r['task']}: expert weights (paper fig. 7)", fontsize=10)
         ax.legend(fontsize=8)
         ax = axes[1, col]
@@ -670,13 +664,7 @@ def read_attention_std(run):
     problem = data.file_problem(path)
     if problem:
         raise UsageError(f"--run {run}: {path} {problem} (a folder of python train.py ... --attn_std_interval N)")
-    records = []
-    for n, line in enumerate(data.read_lines(path), 1):
-        r = curves.record(line)
-        if r is None:
-            raise UsageError(f"{path}, line {n}: not a record of train.py's log (a JSON object with a step)")
-        if "score_std" in r:
-            records.append(r)
+    records = [r for r in map(curves.record, data.read_lines(path)) if r and "score_std" in r]
     if not records:
         raise UsageError(f"--run {run}: its log.jsonl has no attention std; train it with --attn_std_interval N")
     label = os.path.basename(os.path.abspath(run))
@@ -807,9 +795,7 @@ def cmd_cluster(args):
             ax.plot(tr[:, i, 0], tr[:, i, 1], tr[:, i, 2], lw=0.6, alpha=0.45, color="tab:blue")
         ax.scatter(*tr[0].T, s=12, facecolors="none", edgecolors="gray", label="start")
         ax.scatter(*tr[-1].T, s=22, color="tab:red", label="end")
-        ax.set_xlabel("x\u2081")
-        ax.set_ylabel("x\u2082")
-        ax.set_zlabel("x\u2083")
+        ax.set(xlabel="x\u2081", ylabel="x\u2082", zlabel="x\u2083")
         ax.set_title(f"g(t) = {r['g']}\n{r['clusters']} cluster{'s' if r['clusters'] != 1 else ''}, spread {r['spread']:.2f}", fontsize=10)
         if n == 0:
             ax.legend(fontsize=8, loc="upper left")
@@ -819,12 +805,9 @@ def cmd_cluster(args):
     for n, r in enumerate(runs):
         axc.plot(ts, r["clusters_t"], color=plt.cm.viridis(n / max(len(runs) - 1, 1)), label=f"g = {r['g']}")
         axs.plot(ts, r["spread_t"], color=plt.cm.viridis(n / max(len(runs) - 1, 1)), label=f"g = {r['g']}")
-    axc.set_xlabel("time t")
-    axc.set_ylabel(f"number of clusters (radius {args.eps:g})")
-    axc.set_title("clusters over time")
-    axs.set_xlabel("time t")
-    axs.set_ylabel("mean distance between tokens")
-    axs.set_title("spread over time (uniform on the sphere: 4/3)")
+    axc.set(xlabel="time t", ylabel=f"number of clusters (radius {args.eps:g})", title="clusters over time")
+    axs.set(xlabel="time t", ylabel="mean distance between tokens",
+            title="spread over time (uniform on the sphere: 4/3)")
     for ax in (axc, axs):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -832,7 +815,6 @@ def cmd_cluster(args):
                  f"on [0, {args.T:g}], W(t) = g(t) W\u2080 (DiffEqFormer C.8)")
     png = save_fig(fig, args.out, "cluster")
     for r in runs:
-        r["traj"] = None
         del r["traj"]
     out = {"tokens": int(x0.shape[0]), "D": 3, "steps": args.steps, "T": args.T, "seed": args.seed, "eps": args.eps,
            "weights": args.weights,
@@ -927,9 +909,10 @@ def parse(argv):
 
 # How much a subcommand may be asked to do: beyond, it would run for hours or fill the memory (and the estimates
 # gain nothing). W(t) at --grid times (an eigenproblem per head each); --n_seq sequences (means over them); cluster:
-# --tokens points (distances between all pairs at each of --steps steps), g(t) = 1 + t^k below 10^20 for t <= T (8 panels at most).
+# --tokens points, the distances between all pairs at each of --steps steps for each degree (1,000 tokens x 100
+# steps: about 8 s on a 2-core CPU; fewer than 100 tokens cost as much as 100), g(t) = 1 + t^k below 10^20.
 MOST = {"grid": 10_000, "n_seq": 10_000, "tokens": 1_000, "steps": 100_000, "T": 1_000}
-MOST_GROWTH = 20                   # decimal digits
+MOST_GROWTH, MOST_PAIRS = 20, 5e9  # decimal digits of g; tokens^2 x steps x degrees: some 10 minutes
 
 
 def check(args):
@@ -951,6 +934,11 @@ def check(args):
         if len(degrees) > 8 or any(d * math.log10(args.T) > MOST_GROWTH for d in degrees):
             raise UsageError(f"--degrees {args.degrees} with --T {args.T:g}: allowed are at most 8 degrees k, with "
                              f"g(t) = 1 + t^k below 1e{MOST_GROWTH} (one panel each)")
+        pairs = max(args.tokens, 100) ** 2 * args.steps * len(degrees)
+        if pairs > MOST_PAIRS:
+            raise UsageError(f"--tokens {args.tokens:,} x --steps {args.steps:,} x {len(degrees)} --degrees: "
+                             f"{pairs:.1e} distances (tokens^2 a step), allowed {MOST_PAIRS:.0e}, some 10 minutes on a "
+                             "CPU: fewer tokens, steps or degrees")
     elif args.command == "attnstd":
         if not args.run:
             raise UsageError("attnstd needs --run DIR, a run of train.py --attn_std_interval N (several allowed)")

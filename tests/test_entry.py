@@ -233,6 +233,8 @@ CASES = [
                            ("degrees", ("", "a,b", "1,,2", "-1", "99999", "1.5")), ("seed", ("-1", str(2**40))),
                            ("weights", ("orthogonal",)))
       for v in values],
+    (A, "cluster of many tokens for many steps", lambda w, t: ["cluster", "--tokens", "1000", "--steps", "100000",
+                                                               "--out", t / "a"], "--steps"),
     # attnstd and curves: the run folders
     (A, "attnstd without --run", lambda w, t: ["attnstd", "--out", t / "a"], "--run"),
     (A, "attnstd of a folder that is not there", lambda w, t: ["attnstd", "--run", t / "none", "--out", t / "a"],
@@ -317,6 +319,10 @@ PREPARE = [
       for flag, values in (("listops_depth", ("x", "1", "1000")), ("listops_args", ("5,2", "a,b", "3")),
                            ("listops_len", ("20,5", "x")), ("listops_sizes", ("0,0,0", "1,2", "a,b,c")))
       for v in values],
+    ("tasks.listops", "a billion trees", lambda w, t: ["--listops_sizes", "1000000000,2,2", "--cache_dir", t / "c"],
+     "--listops_sizes"),
+    ("tasks.listops", "trees of a billion tokens", lambda w, t: ["--listops_len", "5,1000000000", "--listops_depth", "30",
+                                                                 "--cache_dir", t / "c"], "GiB"),
     ("tasks.listops", "--tsv with a value", lambda w, t: ["--tsv=1", "--cache_dir", t / "c"], "--tsv"),
     ("tasks.listops", "--task of another module", lambda w, t: ["--task", "ptb", "--cache_dir", t / "c"], "ptb"),
     ("tasks.listops", "a flag of another task", lambda w, t: ["--tokenizer", "byte", "--cache_dir", t / "c"],
