@@ -519,15 +519,15 @@ def run_all(cmds, jobs):
             while len(running) >= jobs or any(r == source for r, _ in running):
                 running = reap(running)
             os.makedirs(d, exist_ok=True)
-            print(f"[{i + 1}/{len(todo)}] python train.py {a}{' --resume' * resume}", flush=True)
             with open(os.path.join(d, "stdout.txt"), "a" if resume else "w") as log:
                 running.append((d, subprocess.Popen([sys.executable, "train.py", *argv], cwd=ROOT, env=env,
                                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)))
+            print(f"[{i + 1}/{len(todo)}] python train.py {a}{' --resume' * resume}", flush=True)
         while running:
             running = reap(running)
     except KeyboardInterrupt:                                # Ctrl-C (each run has its own session): every run
         for _, p in running:                                 # stops at its next step, as train.py does on its own
-            p.send_signal(signal.SIGINT)                     # Ctrl-C, and keeps its checkpoint: the same command
+            os.killpg(p.pid, signal.SIGINT)                  # Ctrl-C, and keeps its checkpoint: the same command
         for _, p in running:                                 # continues the table
             p.wait()
         raise

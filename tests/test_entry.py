@@ -12,6 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import types
 
 import pytest
@@ -138,7 +139,7 @@ CASES = [
     (S, "weights of another shape", lambda w, t: ["--ckpt", edited(w, t, model=lambda c: {
         k: torch.zeros(3) for k in c["model"]})], "do not fit"),
     (S, "a config of the wrong type", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
-        **c["config"], "n_embd": "wide"})], "bad model settings"),
+        **c["config"], "n_embd": "wide"})], "--n_embd wide"),
     (S, "a config with a field the model lacks", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
         **c["config"], "colour": 3})], "bad model settings"),
     (S, "a negative width in its config", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
@@ -491,7 +492,11 @@ def test_ctrl_c_while_experiments_runs_stops_its_runs_too(tmp_path):
     shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(".*", "out", "data", "__pycache__", "img", "tests"))
     status, out, err = interrupted([repo / "experiments.py", "transfer", "--seeds", "0"], "[1/", cwd=repo)
     assert status == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    left = [pid for pid in filter(str.isdigit, os.listdir("/proc")) if cwd_of(pid) == str(repo.resolve())]
+    for _ in range(100):                                     # (its data's worker processes end a moment later)
+        left = [pid for pid in filter(str.isdigit, os.listdir("/proc")) if cwd_of(pid) == str(repo.resolve())]
+        if not left:
+            break
+        time.sleep(0.1)
     assert left == [] and not (repo / "out" / "exp" / "transfer" / "simpletron-s0" / "metrics.json").exists()
 
 
