@@ -78,10 +78,12 @@ TASKS = {}
 
 def task(name, help=None):
     """@task(name) registers a loader, a function of keyword arguments (cache_dir, data_dir, block_size, the
-    task's own options) that returns a Task; `help` explains an option for python -m tasks.X --help."""
+    task's own options) that returns a Task; `help` explains an option for python -m tasks.X --help. (python -m
+    tasks.X runs the module tasks.X a second time, as __main__: the loader registered stays the package's own.)"""
     def register(fn):
         fn.help = help or {}
-        TASKS[name] = fn
+        if fn.__module__ != "__main__":
+            TASKS[name] = fn
         return fn
     return register
 
@@ -105,10 +107,10 @@ class Parser(argparse.ArgumentParser):
         raise DataError(f"{message} (python -m {self.prog.split()[-1]} --help lists the flags)")
 
 
-def prepare_args(module, argv, check=None):
+def prepare_args(module, argv, check_tokenizer=None):
     """python -m tasks.X's flags, every one checked before any work: (task name, the loader's keyword arguments).
     They are the keyword arguments of the loaders that module registers (a False one is a switch; a tuple is
-    given as "A,B"), with --task to choose among several; check(task, args) adds the package's own checks."""
+    given as "A,B"), with --task to choose among several; check_tokenizer(name, task) checks --tokenizer."""
     names = [n for n, fn in TASKS.items() if fn.__module__ == module]
     if not names:
         raise DataError(f"{module} registers no task, so there is nothing to prepare; python -m tasks.NAME prepares "
@@ -147,16 +149,16 @@ def prepare_args(module, argv, check=None):
     cache_dir = given.get("cache_dir", "data")
     if writable_problem(cache_dir):
         raise DataError(f"--cache_dir {cache_dir or repr(cache_dir)}: {writable_problem(cache_dir)}")
-    if check is not None:
-        check(args.task, given)
+    if "tokenizer" in given:
+        check_tokenizer(given["tokenizer"], args.task)
     return args.task, given
 
 
-def prepare_main(module, argv=None, check=None):
-    """python -m tasks.X (tasks/__init__.py runs it for every module): prepare one task's files under --cache_dir,
-    as nanoGPT's prepare.py does (train.py would do it on its first run), under run_main's rule."""
+def prepare_main(module, check_tokenizer=None, argv=None):
+    """python -m tasks.X, the entry at the end of each task module: prepare one of its tasks' files under
+    --cache_dir, as nanoGPT's prepare.py does (train.py would do it on its first run), under run_main's rule."""
     def prepare():
-        name, kw = prepare_args(module, sys.argv[1:] if argv is None else argv, check)
+        name, kw = prepare_args(module, sys.argv[1:] if argv is None else argv, check_tokenizer)
         task = load_task(name, **kw)
         task.open()
         sizes = []

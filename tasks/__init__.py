@@ -3,8 +3,8 @@
     import data, tasks
     task = data.load_task("listops", cache_dir="data")
 
-`python -m tasks.X` prepares a task of module X alone (data.prepare_main), for every module: this package, which
-Python imports before it runs X, does it and stops, so a new task module needs no entry of its own.
+`python -m tasks.X` prepares a task of module X alone: its last lines hand the command line to data.prepare_main.
+This package, which Python imports before it runs X, says so in one line if X has no such lines.
 """
 
 import importlib
@@ -12,13 +12,13 @@ import importlib.util
 import re
 import signal
 import sys
+import warnings
 
 if sys.argv[0] == "-m":                                      # python -m tasks.X: Ctrl-C while torch loads stops at
     signal.signal(signal.SIGINT, signal.SIG_DFL)             # once, quietly (data.run_main reports it once running)
 
 import data  # noqa: E402
 from tasks import image, listops, listops_rules, lm, pathfinder, retrieval, text  # noqa: E402,F401  (register)
-from tasks.sources import check_tokenizer  # noqa: E402
 
 # the order in which train.py --help lists them: LRA's five, then the short texts, then language modelling; a task
 # not named here (a new one) comes after them
@@ -32,31 +32,44 @@ def in_order(names):
 
 data.TASKS.update({name: data.TASKS.pop(name) for name in in_order(list(data.TASKS))})
 
+# python -m tasks.X (prepare one task's files) imports this package, and so tasks.X, before it runs tasks.X as
+# __main__: runpy warns about that, needlessly here (data.task keeps the loaders the package registered)
+warnings.filterwarnings("ignore", r"'tasks\.\w+' found in sys\.modules", RuntimeWarning)
 
-def check(task, kw):
-    if "tokenizer" in kw:
-        check_tokenizer(kw["tokenizer"], task)
 
-
-def prepare(module, argv=None):
-    """python -m MODULE: prepare one of the tasks that MODULE registers (data.prepare_main)."""
-    if module not in sys.modules:                            # a new module: the import line above lacks it
-        importlib.import_module(module)
-        print(f"note: tasks/__init__.py does not import {module}, so train.py does not know its tasks: add it to "
-              "the import line", file=sys.stderr)
-    data.prepare_main(module, argv, check)
+def without_entry(module):
+    """Why `python -m MODULE` would do nothing, or None: a module of tasks ends with its entry, `if __name__ ==
+    "__main__": prepare_main("tasks.X")`."""
+    with open(importlib.util.find_spec(module).origin, encoding="utf-8") as f:
+        if re.search(r"^if __name__ == .__main__.:", f.read(), re.M):
+            return None
+    names = [n for n, fn in data.TASKS.items() if fn.__module__ == module]
+    if not names:
+        return (f"{module} registers no task, so there is nothing to prepare; python -m tasks.NAME prepares the tasks "
+                f"of: {', '.join(sorted({fn.__module__ for fn in data.TASKS.values()}))}")
+    return (f"{module} registers {', '.join(names)} but has no entry: end it with `if __name__ == \"__main__\": "
+            f"prepare_main(\"{module}\")`, as tasks/listops.py does")
 
 
 def module_run():
-    """The module of `python -m tasks.X` (or `python -m tasks`) while Python looks for it, else None."""
-    if sys.argv[0] != "-m":                                  # (only then is it "-m")
-        return None
+    """The module of `python -m tasks.X` while Python looks for it (then, and only then, sys.argv[0] is "-m")."""
     found = [m.group(1) or after for a, after in zip(sys.orig_argv, sys.orig_argv[1:] + [""])
              for m in [re.fullmatch(r"-[A-Za-z]*m(\S*)", a)] if m]
-    module = found[0] if found else ""
-    return module if module.split(".")[0] == "tasks" and importlib.util.find_spec(module) else None
+    module = found[0] if found and sys.argv[0] == "-m" else ""
+    return module if module.startswith("tasks.") and importlib.util.find_spec(module) else None
+
+
+def check_entry(module):
+    """python -m MODULE, before Python runs it: a module the import line above lacks is imported (and said so), one
+    without an entry is one line, exit 2."""
+    if module not in sys.modules:
+        importlib.import_module(module)
+        print(f"note: tasks/__init__.py does not import {module}, so train.py does not know its tasks: add it to the "
+              "import line", file=sys.stderr)
+    if without_entry(module):
+        print(f"error: {without_entry(module)}", file=sys.stderr)
+        sys.exit(2)
 
 
 if module_run():
-    prepare(module_run())
-    sys.exit(0)
+    check_entry(module_run())

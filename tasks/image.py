@@ -8,7 +8,8 @@ import pickle
 
 import numpy as np
 
-from data import DataError, cached_dir, check_labels, cls_task, reading, release, save_arrays, source_key, task
+from data import (DataError, cached_dir, check_labels, cls_task, prepare_main, reading, release, save_arrays,
+                  source_key, task)
 from tasks.sources import hf_rows, hf_split, load_hf
 
 
@@ -89,3 +90,7 @@ def image(cache_dir="data", data_dir=None, block_size=1024, **_):
         key, what = "hf", "image: CIFAR-10 (Hugging Face) in grayscale"
     folder = cached_dir(os.path.join(cache_dir, "image", key), build, what)
     return cls_task("image", "cls", folder, 257, block_size, 10, 1, {s: s for s in ("train", "val", "test")})
+
+
+if __name__ == "__main__":                                   # python -m tasks.image: prepare its files alone
+    prepare_main("tasks.image")

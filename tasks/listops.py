@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from data import DataError, Task, cached_dir, cls_task, release, save_arrays, task
+from data import DataError, Task, cached_dir, cls_task, prepare_main, release, save_arrays, task
 from tasks.listops_format import (LISTOPS_OPS, LISTOPS_VOCAB, listops_rows, listops_split, listops_tokens,
                                   write_listops_tsv)
 
@@ -302,3 +302,7 @@ def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LIST
             write_listops_tsv(path, listops_rows(full.split(s)))
         print(f"listops: wrote {', '.join(map(os.path.basename, tsvs.values()))} into {folder}", flush=True)
     return cls_task("listops", "cls", folder, len(LISTOPS_VOCAB), block_size, 10, 0, {s: s for s in tsvs})
+
+
+if __name__ == "__main__":                                   # python -m tasks.listops: prepare its files alone
+    prepare_main("tasks.listops")

@@ -27,7 +27,7 @@ import os
 import numpy as np
 
 from data import (DataError, ShardedSplit, Task, cache_problem, cached_dir, cls_task, file_problem, one_line,
-                  reading, release, save_arrays, source_key, task)
+                  prepare_main, reading, release, save_arrays, source_key, task)
 
 
 PF_W = 64                                  # the canvas
@@ -387,3 +387,7 @@ def pathfinder(cache_dir="data", data_dir=None, block_size=1024, **_):
     loaders = {"train": lambda: shards("train"), "val": lambda: shards("val").full(),
                "test": lambda: shards("test").full()}
     return Task("pathfinder", "cls", 257, block_size, 2, loaders)
+
+
+if __name__ == "__main__":                                   # python -m tasks.pathfinder: prepare its files alone
+    prepare_main("tasks.pathfinder")

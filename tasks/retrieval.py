@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from data import DataError, cached_dir, cls_task, reading, release, source_key, task
+from data import DataError, cached_dir, cls_task, prepare_main, reading, release, source_key, task
 
 
 AAN_LAYOUT = ("DIR with LRA's AAN pairs (lra_release.gz): DIR/new_aan_pairs.train.tsv, new_aan_pairs.eval.tsv, "
@@ -74,3 +74,7 @@ def retrieval(cache_dir="data", data_dir=None, block_size=4000, **_):
     task = cls_task("retrieval", "match", out, 257, block_size, 2, 1, {s: s for s in files})
     task.missing = {s: f"retrieval: no {name} in {folder}" for s, name in AAN_FILES.items() if s not in files}
     return task
+
+
+if __name__ == "__main__":                                   # python -m tasks.retrieval: prepare its files alone
+    prepare_main("tasks.retrieval")

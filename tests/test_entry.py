@@ -8,12 +8,14 @@ line and exit 130, running out of memory one line and 2; the run folder's own fa
 import functools
 import json
 import os
+import runpy
 import shutil
 import signal
 import subprocess
 import sys
 import time
 import types
+import warnings
 
 import pytest
 import torch
@@ -353,9 +355,6 @@ PREPARE = [
     ("tasks.text", "agnews of a binary CSV", lambda w, t: [
         (t / "ag").mkdir(), (t / "ag" / "test.csv").write_bytes(BINARY), "--task", "agnews", "--tokenizer", "byte",
         "--data_dir", t / "ag", "--cache_dir", t / "c"][2:], "UTF-8", "+work"),
-    *[(m, "a module without tasks", lambda w, t: [], "no task") for m in ("tasks.sources", "tasks.listops_rules",
-                                                                          "tasks.listops_format")],
-    ("tasks", "the package itself", lambda w, t: [], "tasks.listops"),
 ]
 
 
@@ -389,12 +388,16 @@ def guarded(monkeypatch, tmp_path):
     return monkeypatch
 
 
-def entry(program, argv):
-    """Run a program as its __main__ does, in this process: its exit status (its output: capsys)."""
+def entry(program, argv, monkeypatch):
+    """Run a program as its __main__ does, in this process (a task module: as python -m runs it, its entry at its
+    end): its exit status (its output: capsys)."""
     main = {S: sample.main, A: analyze.main, E: experiments.main}.get(program)
     try:
         if main is None:
-            tasks.prepare(program, argv)
+            monkeypatch.setattr(sys, "argv", [program, *argv])
+            with warnings.catch_warnings():                  # (runpy's, as tasks/__init__.py's filter says)
+                warnings.simplefilter("ignore", RuntimeWarning)
+                runpy.run_module(program, run_name="__main__")
         else:
             data.run_main(functools.partial(main, argv), config.UsageError)
     except SystemExit as e:
@@ -419,7 +422,7 @@ def test_a_mistake_is_one_line_and_exit_2_before_any_work(program, name, argv, w
         guarded.undo()
         guarded.chdir(tmp_path)
         guarded.setattr(experiments, "RESULTS_MD", str(tmp_path / "results.md"))
-    status = entry(program, [str(a) for a in argv(w, tmp_path)])
+    status = entry(program, [str(a) for a in argv(w, tmp_path)], guarded)
     out, err = capsys.readouterr()
     check_one_line(status, err, words)
     assert "---------------" not in out                      # no sample printed
@@ -442,7 +445,7 @@ def command(*argv, **kw):
     (lambda w: ["experiments.py", "transfer", "--jobs", "0"], "--jobs"),
     (lambda w: ["-m", "tasks.listops", "--block_size", "-5"], "--block_size"),
     (lambda w: ["-m", "tasks.lm", "--task", "textfile", "--cache_dir", w.under], "--cache_dir"),
-    (lambda w: ["-m", "tasks.sources"], "no task"),
+    *[(lambda w, m=m: ["-m", m], "no task") for m in ("tasks.sources", "tasks.listops_rules", "tasks.listops_format")],
 ])
 def test_as_a_command(argv, words, w):
     p = command(*argv(w))
@@ -456,6 +459,39 @@ def test_a_module_of_tasks_lists_them_in_help_and_a_new_task_comes_last():
     assert "35 (ptb), 512 (wikitext103), 1024 (openwebtext), 256 (textfile)" in " ".join(p.stdout.split())
     assert list(data.TASKS) == list(tasks.ORDER)
     assert tasks.in_order(["zebra", *reversed(tasks.ORDER), "aardvark"]) == [*tasks.ORDER, "zebra", "aardvark"]
+
+
+ZEBRA = """
+import numpy as np
+from data import LMSplit, Task, prepare_main, task
+
+
+@task("zebra")
+def zebra(cache_dir="data", block_size=4, **_):
+    stream = np.arange(100) % 7
+    return Task("zebra", "lm", 8, block_size, loaders={s: lambda: LMSplit(stream, block_size) for s in ("train", "val")})
+"""
+
+
+def copy_of_the_project(tmp_path):
+    repo = tmp_path / "repo"                                 # what runs there writes into out/ and data/ there
+    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(".*", "out", "data", "__pycache__", "img", "tests"))
+    return repo
+
+
+def test_a_new_task_module_without_its_entry_says_what_to_add(tmp_path):
+    repo = copy_of_the_project(tmp_path)
+    (repo / "tasks" / "zebra.py").write_text(ZEBRA)
+    p = subprocess.run([sys.executable, "-m", "tasks.zebra"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stdout == ""
+    note, error = p.stderr.strip().splitlines()
+    assert note.startswith("note: tasks/__init__.py does not import tasks.zebra")
+    assert error == ('error: tasks.zebra registers zebra but has no entry: end it with `if __name__ == "__main__": '
+                     'prepare_main("tasks.zebra")`, as tasks/listops.py does')
+    (repo / "tasks" / "zebra.py").write_text(ZEBRA + '\n\nif __name__ == "__main__":\n    prepare_main("tasks.zebra")\n')
+    p = subprocess.run([sys.executable, "-m", "tasks.zebra", "--block_size", "5"], cwd=repo, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("zebra: train 100, val 100 tokens"), (p.stdout, p.stderr)
 
 
 def interrupted(argv, ready, cwd=ROOT):
@@ -488,8 +524,7 @@ def cwd_of(pid):
 
 def test_ctrl_c_while_experiments_runs_stops_its_runs_too(tmp_path):
     """Ctrl-C to experiments.py alone (its runs have sessions of their own): every run it started stops too."""
-    repo = tmp_path / "repo"                                 # a copy: the runs write into out/ and data/ there
-    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(".*", "out", "data", "__pycache__", "img", "tests"))
+    repo = copy_of_the_project(tmp_path)
     status, out, err = interrupted([repo / "experiments.py", "transfer", "--seeds", "0"], "[1/", cwd=repo)
     assert status == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     for _ in range(100):                                     # (its data's worker processes end a moment later)
@@ -511,7 +546,7 @@ def test_what_work_meets_is_one_line_too(fault, status, words, w, tmp_path, monk
     def meets(*a, **k):
         raise fault
     monkeypatch.setattr(simpletron.Model, "generate", meets)
-    got = entry(S, ["--ckpt", str(w.lm), "--max_new_tokens", "5"])
+    got = entry(S, ["--ckpt", str(w.lm), "--max_new_tokens", "5"], monkeypatch)
     err = capsys.readouterr().err
     assert got == status and len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err, err
 
