@@ -494,8 +494,9 @@ def test_a_new_task_module_without_its_entry_says_what_to_add(tmp_path):
     assert p.returncode == 0 and p.stdout.startswith("zebra: train 100, val 100 tokens"), (p.stdout, p.stderr)
 
 
-def interrupted(argv, ready, cwd=ROOT):
-    """Start the command, send it SIGINT once its stdout shows `ready`: (exit status, stdout, stderr)."""
+def interrupted(argv, ready, after=0, cwd=ROOT):
+    """Start the command, send it SIGINT `after` seconds after its stdout shows `ready`: (exit status, stdout,
+    stderr)."""
     p = subprocess.Popen([sys.executable, *map(str, argv)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     seen = ""
@@ -503,13 +504,15 @@ def interrupted(argv, ready, cwd=ROOT):
         line = p.stdout.readline()
         assert line, (seen, p.stderr.read())
         seen += line
+    time.sleep(after)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     return p.returncode, seen + out, err
 
 
 def test_ctrl_c_while_a_task_is_prepared_is_one_line_and_leaves_no_cache(tmp_path):
-    status, out, err = interrupted(["-m", "tasks.listops", "--cache_dir", tmp_path / "c"], "generating ListOps")
+    """The LRA recipe (a minute of work), interrupted while its process pool draws the trees."""
+    status, out, err = interrupted(["-m", "tasks.listops", "--cache_dir", tmp_path / "c"], "generating ListOps", 2)
     assert status == 130 and err.strip().startswith("interrupted") and len(err.strip().splitlines()) == 1, err
     assert "Traceback" not in err
     assert not [p for p in (tmp_path / "c").rglob("*") if p.is_file()]       # nothing half-written kept
