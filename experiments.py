@@ -527,7 +527,8 @@ def run_all(cmds, jobs):
             running = reap(running)
     except KeyboardInterrupt:                                # Ctrl-C (each run has its own session): every run
         for _, p in running:                                 # stops at its next step, as train.py does on its own
-            os.killpg(p.pid, signal.SIGINT)                  # Ctrl-C, and keeps its checkpoint: the same command
+            if p.poll() is None:                             # Ctrl-C, and keeps its checkpoint: the same command
+                os.killpg(p.pid, signal.SIGINT)
         for _, p in running:                                 # continues the table
             p.wait()
         raise
