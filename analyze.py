@@ -432,7 +432,6 @@ def write_json(out, name, obj):
 
 
 def save_fig(fig, out, name):
-    os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"{name}.png")
     fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -989,6 +988,7 @@ COMMANDS = {"spectra": cmd_spectra, "lyapunov": cmd_lyapunov, "activation": cmd_
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
     check(args)
+    os.makedirs(args.out, exist_ok=True)
     return COMMANDS[args.command](args)
 
 

@@ -119,7 +119,7 @@ def read_prompt(start):
     if not problem and os.path.getsize(path) > MAX_PROMPT_MB * 2**20:
         problem = f"is {os.path.getsize(path) / 2**20:,.0f} MB, more than a prompt's {MAX_PROMPT_MB} MB"
     if problem:
-        raise UsageError(f"--start FILE:{path} cannot be read: it {problem}")
+        raise UsageError(f"--start FILE:{path}: cannot read it, it {problem}")
     return data.read_text(path)
 
 
