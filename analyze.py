@@ -411,7 +411,7 @@ def encode_text(text, ckpt):
             raise UsageError(f"--text is not a ListOps expression ({e})") from None
         labels = [tasks.listops.LISTOPS_VOCAB[i] for i in ids]
     else:
-        raw = text.encode()
+        raw = text.encode(errors="surrogateescape")              # bytes given as such on the command line
         if cfg["vocab_size"] < 257:
             raise UsageError(f"task {task!r}: no tokenizer here for --text, and the vocabulary is too small for bytes")
         ids, labels = [b + 1 for b in raw], [chr(b) if 32 <= b < 127 else f"\\x{b:02x}" for b in raw]

@@ -587,3 +587,9 @@ def test_a_cache_folder_that_cannot_be_made_is_one_line_from_train_py(tmp_path):
                 "4,4,4", "--listops_len", "5,20", "--listops_depth", "3", "--listops_args", "2,3")
     check_one_line(p.returncode, p.stderr, "listops-depth3-args2-3-len5-20-n4-4-4")
     assert not (tmp_path / "o" / "ckpt.pt").exists()
+
+
+def test_lyapunov_text_may_hold_bytes_that_are_not_utf8(w):
+    """A byte-level model's --text with a byte that is not UTF-8 (the shell passes it on as it is): that byte."""
+    ids, labels = analyze.encode_text("a\udcff", torch.load(w.deq, weights_only=True))
+    assert ids.tolist() == [[ord("a") + 1, 0xff + 1]] and labels == ["a", "\\xff"]
