@@ -48,19 +48,23 @@ import json
 import math
 import os
 import re
+import signal
 import sys
 
-import numpy as np
-import torch
+if __name__ == "__main__":                                   # Ctrl-C while torch loads: stop at once, quietly
+    signal.signal(signal.SIGINT, signal.SIG_DFL)             # (data.run_main reports it in one line once running)
 
-import matplotlib
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import curves  # noqa: E402
 import data    # noqa: E402
 import tasks   # noqa: E402  (registers every task)
-from config import Parser, UsageError, build_model, check_value, load_checkpoint  # noqa: E402
+from config import Parser, UsageError, build_model, check_config, check_value, load_checkpoint  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -290,14 +294,15 @@ def spread(X):
 
 def load(path, device="cpu"):
     """(model, checkpoint) of a train.py checkpoint, in eval mode."""
-    if path is None:
-        raise UsageError("this subcommand needs --ckpt PATH (a ckpt.pt written by train.py)")
     ckpt = load_checkpoint(path)                            # UsageError if missing, unreadable or not train.py's
+    check_config(ckpt["model_name"], ckpt["config"])       # every value within its limits
     model = build_model(ckpt["model_name"], ckpt["config"])
     try:
         model.load_state_dict(ckpt["model"])
     except RuntimeError as e:
         raise UsageError(f"{path}: the weights do not fit the model ({str(e).splitlines()[0]})") from None
+    if not all(w.isfinite().all() for w in model.state_dict().values() if w.is_floating_point()):
+        raise UsageError(f"{path}: a weight is not finite (nan or inf)")
     return model.to(device).eval(), ckpt
 
 
@@ -317,16 +322,18 @@ def attention_weights(model, times=None):
             W = model.attention_weights(float(t))
             out.append((float(t), W["q"], W["k"], W["v"], W.get("o")))
         return out
-    blocks = getattr(model, "blocks", None)
-    if blocks is None or not all(hasattr(getattr(b, "attn", None), "qkv") for b in blocks):
-        raise UsageError(f"spectra needs query/key/value weights; {type(model).__module__} has none "
-                         "(TransJect's attention X U Sigma V has no W_Q W_K^T)")
-    for layer, block in enumerate(blocks, 1):
+    for layer, block in enumerate(model.blocks, 1):
         W = block.attn.qkv.weight.detach()                   # (3D, D) = [Wq^T; Wk^T; Wv^T]
         out_map = block.attn.out                             # nn.Linear, OrthogonalLinear, or nn.Identity (none)
         Wo = out_map.weight.detach().T if hasattr(out_map, "weight") else None
         out.append((layer, W[:D].T, W[D:2 * D].T, W[2 * D:].T, Wo))
     return out
+
+
+def has_qkv(model):
+    """True for a model whose attention has query, key and value weights (TransJect's X U Sigma V has none)."""
+    blocks = getattr(model, "blocks", None)
+    return ode_model(model) or blocks is not None and all(hasattr(getattr(b, "attn", None), "qkv") for b in blocks)
 
 
 def model_times(model):
@@ -404,7 +411,7 @@ def encode_text(text, ckpt):
             raise UsageError(f"--text is not a ListOps expression ({e})") from None
         labels = [tasks.listops.LISTOPS_VOCAB[i] for i in ids]
     else:
-        raw = text.encode()
+        raw = text.encode(errors="surrogateescape")              # bytes given as such on the command line
         if cfg["vocab_size"] < 257:
             raise UsageError(f"task {task!r}: no tokenizer here for --text, and the vocabulary is too small for bytes")
         ids, labels = [b + 1 for b in raw], [chr(b) if 32 <= b < 127 else f"\\x{b:02x}" for b in raw]
@@ -443,11 +450,9 @@ def cx(z):
 # Subcommands
 
 def cmd_spectra(args):
-    model, ckpt = load(args.ckpt[0] if args.ckpt else None)
+    (model, ckpt), = args.models
     H = model.config.n_head
     times = None
-    if args.grid and not (ode_model(model) and not getattr(model.config, "discrete", False)):
-        raise UsageError("--grid is for an ODE model (DiffEqFormer, not discretised): W(t) at any t")
     if args.grid:
         times = np.linspace(0.0, 1.0, args.grid).tolist()
     rows, has_out = [], False
@@ -478,11 +483,8 @@ def cmd_spectra(args):
             axm.plot([r["depth"] for r in rows], mags, "-o", ms=3, color=colors[h], label=f"head {h}")
         ax.axhline(0, color="gray", lw=0.6)
         ax.tick_params(labelbottom=True)
-        ax.set_title(f"{title}: eigenvalues (real part)")
-        ax.set_ylabel("Re(eigenvalue)")
-        axm.set_title(f"{key.upper()}: largest |eigenvalue| per head")
-        axm.set_ylabel("max |eigenvalue|")
-        axm.set_xlabel(axis)
+        ax.set(title=f"{title}: eigenvalues (real part)", ylabel="Re(eigenvalue)")
+        axm.set(title=f"{key.upper()}: largest |eigenvalue| per head", ylabel="max |eigenvalue|", xlabel=axis)
         ax.legend(fontsize=7, ncol=2)
         if ode:
             axm.set_xlim(-0.03, 1.03)
@@ -510,13 +512,8 @@ def cmd_spectra(args):
 
 
 def cmd_lyapunov(args):
-    model, ckpt = load(args.ckpt[0] if args.ckpt else None)
-    if not ode_model(model):
-        raise UsageError(f"lyapunov needs a DiffEqFormer checkpoint (a model that is an ODE in depth); "
-                         f"{args.ckpt[0]} holds {ckpt['model_name']}")
-    if model.config.head != "lm":
-        raise UsageError("lyapunov reads the next-token sensitivity of a language model (head lm)")
-    idx, labels = encode_text(args.text, ckpt)
+    (model, ckpt), = args.models
+    idx, labels = args.tokens
     N = idx.shape[1]
     with torch.no_grad():
         traj = model.trajectory(idx)                         # states where the Euler steps evaluate f
@@ -538,8 +535,7 @@ def cmd_lyapunov(args):
     im = axes[0].imshow(top, cmap="magma", vmax=vmax)
     axes[0].set_xticks(range(N), labels, rotation=60, ha="right", fontsize=8)
     axes[0].set_yticks(range(N), labels, fontsize=8)
-    axes[0].set_xlabel("input token i (perturbed)")
-    axes[0].set_ylabel("output token j")
+    axes[0].set(xlabel="input token i (perturbed)", ylabel="output token j")
     axes[0].set_title("largest token-level Lyapunov exponent \u03bb\u2081(j, i); colours scaled to i < j "
                       "(the diagonal i = j is larger and saturates)", fontsize=10)
     fig.colorbar(im, ax=axes[0], label="\u03bb\u2081")
@@ -549,8 +545,7 @@ def cmd_lyapunov(args):
         ax.bar(range(j), vals, color=plt.cm.magma(0.15 + 0.7 * (vals - vals.min()) / max(np.ptp(vals), 1e-12)))
         ax.set_xticks(range(j), labels[:j], rotation=60, ha="right", fontsize=8)
     ax.axhline(0, color="gray", lw=0.6)
-    ax.set_xlabel("input token i")
-    ax.set_ylabel("\u03bb\u2081(j, i)")
+    ax.set(xlabel="input token i", ylabel="\u03bb\u2081(j, i)")
     ax.set_title(f"sensitivity of output token j = {j} ({labels[j]!r}, which predicts the next word) to each "
                  f"earlier token; to itself: \u03bb\u2081 = {top[j, j]:.3f}", fontsize=10)
     fig.tight_layout()
@@ -567,12 +562,8 @@ def cmd_lyapunov(args):
 
 
 def cmd_activation(args):
-    if not args.ckpt:
-        raise UsageError("activation needs at least one --ckpt PATH")
     results = []
-    for path in args.ckpt:
-        model, ckpt = load(path)
-        x = sample_batch(ckpt, args.n_seq, args.max_len, args.seed)
+    for path, (model, ckpt), x in zip(args.ckpt, args.models, args.batches):
         states, mask = layer_states(model, x)
         X0 = states[0]
         m = mask if mask is not None else torch.ones(X0.shape[:2], dtype=torch.bool)
@@ -600,8 +591,7 @@ def cmd_activation(args):
             ax.plot([], [], color=color, lw=6, label=r["label"])
         L = max(len(r[key]) for r in results)
         ax.set_xticks(range(L), [str(l) for l in range(L)])
-        ax.set_xlabel("layer l (0 = embeddings)")
-        ax.set_ylabel(ylabel)
+        ax.set(xlabel="layer l (0 = embeddings)", ylabel=ylabel)
         ax.legend(fontsize=8)
     axes[0].axhline(1.0, color="gray", lw=0.6, ls="--")
     axes[0].set_yscale("log")                                # ticks between the decades too: 29.5 and 55 readable
@@ -620,14 +610,8 @@ def cmd_activation(args):
 
 
 def cmd_experts(args):
-    if not args.ckpt:
-        raise UsageError("experts needs --ckpt PATH of a TransJect checkpoint (several allowed)")
     results = []
-    for path in args.ckpt:
-        model, ckpt = load(path)
-        if not hasattr(model, "expert_weights") or not hasattr(model, "residual_weights"):
-            raise UsageError(f"experts needs a TransJect checkpoint; {path} holds {ckpt['model_name']}")
-        x = sample_batch(ckpt, args.n_seq, args.max_len, args.seed)
+    for path, (model, ckpt), x in zip(args.ckpt, args.models, args.batches):
         with torch.no_grad():                                # per layer (B, E), or (B, L, E) for head lm
             lam = [w.detach().double().reshape(-1, w.shape[-1]) for w in model.expert_weights(x)]
         res = {k: float(v) for k, v in model.residual_weights().items()}
@@ -643,8 +627,8 @@ def cmd_experts(args):
         for l, w in enumerate(r["expert_weights"]):
             ax.hist(np.ravel(w), bins=50, range=(0, 1), histtype="step", lw=1.5, label=f"layer {l + 1}")
         ax.axvline(1 / E, color="gray", ls="--", lw=0.8, label=f"1/E = {1 / E:.2f} (balanced)")
-        ax.set_xlabel("expert weight \u03bb_e (softmax over the experts)")
-        ax.set_ylabel(f"count ({r['n_weight_vectors']} weight vectors x {E} experts)")
+        ax.set(xlabel="expert weight \u03bb_e (softmax over the experts)",
+               ylabel=f"count ({r['n_weight_vectors']} weight vectors x {E} experts)")
         ax.set_title(f"{r['label']}, {r['task']}: expert weights (paper fig. 7)", fontsize=10)
         ax.legend(fontsize=8)
         ax = axes[1, col]
@@ -679,21 +663,13 @@ def read_attention_std(run):
     problem = data.file_problem(path)
     if problem:
         raise UsageError(f"--run {run}: {path} {problem} (a folder of python train.py ... --attn_std_interval N)")
-    records = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            try:
-                r = json.loads(line)
-            except ValueError:
-                raise UsageError(f"{path}, line {n}: not JSON; is this a train.py log?") from None
-            if "score_std" in r:
-                records.append(r)
+    records = [r for r in map(curves.record, data.read_lines(path)) if r and "score_std" in r]
     if not records:
         raise UsageError(f"--run {run}: its log.jsonl has no attention std; train it with --attn_std_interval N")
     label = os.path.basename(os.path.abspath(run))
     meta = os.path.join(run, "metrics.json")
     if not data.file_problem(meta):
-        with open(meta) as f:
+        with data.reading(meta, "is damaged"), open(meta) as f:
             m = json.load(f)
         acc = m.get("test_acc")
         label += f" (test acc {100 * acc:.1f}%)" if isinstance(acc, (int, float)) else ""
@@ -703,9 +679,7 @@ def read_attention_std(run):
 def cmd_attnstd(args):
     """SimpleTRON's Fig. 5: the standard deviation of each block's attention weights (Q K^T / sqrt(n) for
     SimpleTRON, Q K^T / sqrt(d) for softmax without the softmax) and of its attention output, over training."""
-    if not args.run:
-        raise UsageError("attnstd needs --run DIR, a run of train.py --attn_std_interval N (several allowed)")
-    runs = [(run, *read_attention_std(run)) for run in args.run]
+    runs = [(run, *records) for run, records in zip(args.run, args.logs)]
     fig, axes = plt.subplots(len(runs), 2, figsize=(12, 3.2 * len(runs) + 0.6), squeeze=False, sharex=True)
     results = []
     for row, (run, records, label) in enumerate(runs):
@@ -770,13 +744,7 @@ def last_values(row):
 
 def cmd_curves(args):
     """The training curves of train.py runs (curves.py); the seeds of one row as their mean and a band."""
-    runs = list(args.runs) + (table_runs(args.table) if args.table else [])
-    if not runs:
-        raise UsageError("curves needs run folders (python analyze.py curves out/a out/b) or --table NAME")
-    for run in runs:
-        problem = data.file_problem(os.path.join(run, "log.jsonl"))
-        if problem:
-            raise UsageError(f"{run}: {os.path.join(run, 'log.jsonl')} {problem} (a folder of python train.py ...)")
+    runs = args.runs
     png = os.path.join(args.out, "curves.png")
     rows = curves.plot_runs(runs, png)
     path = write_json(args.out, "curves", {"note": "per row, the last val values that all its seeds have: their "
@@ -805,10 +773,7 @@ def growth(degree):
 
 
 def cmd_cluster(args):
-    try:
-        degrees = [int(d) for d in args.degrees.split(",")]
-    except ValueError:
-        raise UsageError(f"--degrees takes integers separated by commas, not {args.degrees!r}") from None
+    degrees = [int(d) for d in args.degrees.split(",")]
     x0, (Wq, Wk, Wv) = cluster_start(args.seed, args.tokens, weights=args.weights)
     runs = []
     for deg in degrees:
@@ -829,9 +794,7 @@ def cmd_cluster(args):
             ax.plot(tr[:, i, 0], tr[:, i, 1], tr[:, i, 2], lw=0.6, alpha=0.45, color="tab:blue")
         ax.scatter(*tr[0].T, s=12, facecolors="none", edgecolors="gray", label="start")
         ax.scatter(*tr[-1].T, s=22, color="tab:red", label="end")
-        ax.set_xlabel("x\u2081")
-        ax.set_ylabel("x\u2082")
-        ax.set_zlabel("x\u2083")
+        ax.set(xlabel="x\u2081", ylabel="x\u2082", zlabel="x\u2083")
         ax.set_title(f"g(t) = {r['g']}\n{r['clusters']} cluster{'s' if r['clusters'] != 1 else ''}, spread {r['spread']:.2f}", fontsize=10)
         if n == 0:
             ax.legend(fontsize=8, loc="upper left")
@@ -841,12 +804,9 @@ def cmd_cluster(args):
     for n, r in enumerate(runs):
         axc.plot(ts, r["clusters_t"], color=plt.cm.viridis(n / max(len(runs) - 1, 1)), label=f"g = {r['g']}")
         axs.plot(ts, r["spread_t"], color=plt.cm.viridis(n / max(len(runs) - 1, 1)), label=f"g = {r['g']}")
-    axc.set_xlabel("time t")
-    axc.set_ylabel(f"number of clusters (radius {args.eps:g})")
-    axc.set_title("clusters over time")
-    axs.set_xlabel("time t")
-    axs.set_ylabel("mean distance between tokens")
-    axs.set_title("spread over time (uniform on the sphere: 4/3)")
+    axc.set(xlabel="time t", ylabel=f"number of clusters (radius {args.eps:g})", title="clusters over time")
+    axs.set(xlabel="time t", ylabel="mean distance between tokens",
+            title="spread over time (uniform on the sphere: 4/3)")
     for ax in (axc, axs):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
@@ -854,7 +814,6 @@ def cmd_cluster(args):
                  f"on [0, {args.T:g}], W(t) = g(t) W\u2080 (DiffEqFormer C.8)")
     png = save_fig(fig, args.out, "cluster")
     for r in runs:
-        r["traj"] = None
         del r["traj"]
     out = {"tokens": int(x0.shape[0]), "D": 3, "steps": args.steps, "T": args.T, "seed": args.seed, "eps": args.eps,
            "weights": args.weights,
@@ -944,19 +903,82 @@ def parse(argv):
     args = p.parse_args(argv)
     if args.command is None:
         raise UsageError("give a subcommand: " + ", ".join(SUBCOMMANDS) + " (python analyze.py --help)")
-    check(args)
     return args
 
 
+# How much a subcommand may be asked to do: beyond, it would run for hours or fill the memory (and the estimates
+# gain nothing). W(t) at --grid times (an eigenproblem per head each); --n_seq sequences (means over them); cluster:
+# --tokens points, the distances between all pairs at each of --steps steps for each degree (1,000 tokens x 100
+# steps: about 8 s on a 2-core CPU; fewer than 100 tokens cost as much as 100), g(t) = 1 + t^k below 10^20.
+MOST = {"grid": 10_000, "n_seq": 10_000, "tokens": 1_000, "steps": 100_000, "T": 1_000}
+MOST_GROWTH, MOST_PAIRS = 20, 5e9  # decimal digits of g; tokens^2 x steps x degrees: some 10 minutes
+
+
 def check(args):
-    """Every flag, before any work: one line naming the flag, its value and what is allowed."""
+    """Every flag and input of the subcommand, before any work, each a line naming the flag or file, its value and
+    what is allowed. The inputs are read here: args.models, (model, checkpoint) for each --ckpt, with args.batches
+    (their task's sequences: activation, experts) or args.tokens (the ids and labels of --text: lyapunov); args.logs
+    (attnstd); args.runs (curves, with --table's)."""
     for name, value in vars(args).items():
         check_value(name, value)
-    path = os.path.abspath(args.out)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {args.out}: {path} is not a folder this command can write in")
+        if name in MOST and value > MOST[name]:
+            raise UsageError(f"--{name} {value:,}: allowed is at most {MOST[name]:,} (python analyze.py {args.command} "
+                             "--help)")
+    if data.writable_problem(args.out):
+        raise UsageError(f"--out {args.out or repr(args.out)}: {data.writable_problem(args.out)}")
+    if args.command in CKPT:
+        check_models(args)
+    elif args.command == "cluster":
+        degrees = [int(d) for d in args.degrees.split(",")]
+        if len(degrees) > 8 or any(d * math.log10(args.T) > MOST_GROWTH for d in degrees):
+            raise UsageError(f"--degrees {args.degrees} with --T {args.T:g}: allowed are at most 8 degrees k, with "
+                             f"g(t) = 1 + t^k below 1e{MOST_GROWTH} (one panel each)")
+        pairs = max(args.tokens, 100) ** 2 * args.steps * len(degrees)
+        if pairs > MOST_PAIRS:
+            raise UsageError(f"--tokens {args.tokens:,} x --steps {args.steps:,} x {len(degrees)} --degrees: "
+                             f"{pairs:.1e} distances (tokens^2 a step), allowed {MOST_PAIRS:.0e}, some 10 minutes on a "
+                             "CPU: fewer tokens, steps or degrees")
+    elif args.command == "attnstd":
+        if not args.run:
+            raise UsageError("attnstd needs --run DIR, a run of train.py --attn_std_interval N (several allowed)")
+        args.logs = [read_attention_std(run) for run in args.run]
+    elif args.command == "curves":
+        args.runs = list(args.runs) + (table_runs(args.table) if args.table else [])
+        if not args.runs:
+            raise UsageError("curves needs run folders (python analyze.py curves out/a out/b) or --table NAME")
+        for run in args.runs:
+            path = os.path.join(run, "log.jsonl")
+            problem = data.file_problem(path) or (None if any(map(curves.record, data.read_lines(path))) else
+                                                  "holds no record of a step")
+            if problem:
+                raise UsageError(f"{run}: {path} {problem} (a folder of python train.py ...)")
+
+
+def check_models(args):
+    """The checkpoints of spectra, lyapunov, activation and experts, loaded and checked for the subcommand."""
+    cmd, paths = args.command, args.ckpt or []
+    if not paths or len(paths) > 1 and cmd in ("spectra", "lyapunov"):
+        raise UsageError(f"{cmd} takes {'one --ckpt PATH' if cmd in ('spectra', 'lyapunov') else '--ckpt PATH'} "
+                         f"({CKPT[cmd]}; python analyze.py {cmd} --help)")
+    args.models = [load(path) for path in paths]
+    for path, (model, ckpt) in zip(paths, args.models):
+        holds = f"{path} holds {ckpt['model_name']}{'' if model.config.head == 'lm' else ' (a classifier)'}"
+        if cmd == "spectra" and not has_qkv(model):
+            raise UsageError(f"spectra needs query/key/value weights; {holds}: TransJect's attention X U Sigma V has "
+                             "no W_Q W_K^T")
+        if cmd == "spectra" and args.grid and not (ode_model(model) and not getattr(model.config, "discrete", False)):
+            raise UsageError(f"--grid is for an ODE model (DiffEqFormer, not discretised): W(t) at any t; {holds}")
+        if cmd == "lyapunov" and not (ode_model(model) and model.config.head == "lm"):
+            raise UsageError(f"lyapunov needs a DiffEqFormer checkpoint of a language model (an ODE in depth); {holds}")
+        if cmd == "experts" and not (hasattr(model, "expert_weights") and hasattr(model, "residual_weights")):
+            raise UsageError(f"experts needs a TransJect checkpoint; {holds}")
+    if cmd == "lyapunov":
+        args.tokens = encode_text(args.text, args.models[0][1])
+        N = args.tokens[0].shape[1]
+        if not -N <= args.position < N:
+            raise UsageError(f"--position {args.position}: --text gives {N} tokens, so allowed is {-N} to {N - 1}")
+    if cmd in ("activation", "experts"):
+        args.batches = [sample_batch(ckpt, args.n_seq, args.max_len, args.seed) for _, ckpt in args.models]
 
 
 COMMANDS = {"spectra": cmd_spectra, "lyapunov": cmd_lyapunov, "activation": cmd_activation,
@@ -965,6 +987,7 @@ COMMANDS = {"spectra": cmd_spectra, "lyapunov": cmd_lyapunov, "activation": cmd_
 
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
+    check(args)
     os.makedirs(args.out, exist_ok=True)
     return COMMANDS[args.command](args)
 

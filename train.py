@@ -482,9 +482,9 @@ if __name__ == "__main__":
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else open(os.devnull, "w")):
             main()
-    except (UsageError, data.DataError, rundir.Diverged) as e:
+    except (UsageError, data.DataError, rundir.Diverged, OSError) as e:   # (OSError: a folder that failed mid-run)
         if int(os.environ.get("LOCAL_RANK", 0)) == 0:       # ... but for an error: once on each machine
-            print(f"error: {e}", file=sys.stderr)
+            print(f"error: {data.error_line(e)}", file=sys.stderr)
         sys.exit(3 if isinstance(e, rundir.Diverged) else 2)
     except Interrupted as e:                                 # Ctrl-C: how to continue
         print(e, flush=True) if rank == 0 else None

@@ -2,18 +2,71 @@
 
     import data, tasks
     task = data.load_task("listops", cache_dir="data")
+
+`python -m tasks.X` prepares a task of module X alone: its last lines hand the command line to data.prepare_main.
+This package, which Python imports before it runs X, says so in one line if X has no such lines.
 """
 
+import importlib
+import importlib.util
+import re
+import signal
+import sys
 import warnings
 
-import data
-from tasks import image, listops, listops_rules, lm, pathfinder, retrieval, text  # noqa: F401  (each registers its tasks)
+if sys.argv[0] == "-m":                                      # python -m tasks.X: Ctrl-C while torch loads stops at
+    signal.signal(signal.SIGINT, signal.SIG_DFL)             # once, quietly (data.run_main reports it once running)
 
-# the order in which train.py --help lists them: LRA's five, then the short texts, then language modelling
+import data  # noqa: E402
+from tasks import image, listops, listops_rules, lm, pathfinder, retrieval, text  # noqa: E402,F401  (register)
+
+# the order in which train.py --help lists them: LRA's five, then the short texts, then language modelling; a task
+# not named here (a new one) comes after them
 ORDER = ("listops", "text", "retrieval", "image", "pathfinder", "imdb", "agnews", "ptb", "wikitext103", "openwebtext",
          "textfile")
-data.TASKS.update({name: data.TASKS.pop(name) for name in ORDER})
+
+
+def in_order(names):
+    return sorted(names, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER))
+
+
+data.TASKS.update({name: data.TASKS.pop(name) for name in in_order(list(data.TASKS))})
 
 # python -m tasks.X (prepare one task's files) imports this package, and so tasks.X, before it runs tasks.X as
 # __main__: runpy warns about that, needlessly here (data.task keeps the loaders the package registered)
 warnings.filterwarnings("ignore", r"'tasks\.\w+' found in sys\.modules", RuntimeWarning)
+
+
+def without_entry(module):
+    """Why `python -m MODULE` would do nothing, or None: a module of tasks ends with its entry, `if __name__ ==
+    "__main__": prepare_main("tasks.X")`."""
+    with open(importlib.util.find_spec(module).origin, encoding="utf-8") as f:
+        if re.search(r"^if __name__ == .__main__.:", f.read(), re.M):
+            return None
+    names = [n for n, fn in data.TASKS.items() if fn.__module__ == module]
+    if not names:
+        return (f"{module} registers no task, so there is nothing to prepare; python -m tasks.NAME prepares the tasks "
+                f"of: {', '.join(sorted({fn.__module__ for fn in data.TASKS.values()}))}")
+    return (f"{module} registers {', '.join(names)} but has no entry: end it with `if __name__ == \"__main__\": "
+            f"prepare_main(\"{module}\")`, as tasks/listops.py does")
+
+
+def module_run():
+    """The module of `python -m tasks.X` while Python looks for it (then, and only then, sys.argv[0] is "-m")."""
+    found = [m.group(1) or after for a, after in zip(sys.orig_argv, sys.orig_argv[1:] + [""])
+             for m in [re.fullmatch(r"-[A-Za-z]*m(\S*)", a)] if m]
+    module = found[0] if found and sys.argv[0] == "-m" else ""
+    return module if module.startswith("tasks.") and importlib.util.find_spec(module) else None
+
+
+def check_entry(module):
+    """python -m MODULE, before Python runs it: a module without an entry is one line, exit 2. (A module the import
+    line above lacks is imported first, so that its tasks are registered as the package's.)"""
+    importlib.import_module(module)
+    if without_entry(module):
+        print(f"error: {without_entry(module)}", file=sys.stderr)
+        sys.exit(2)
+
+
+if module_run():
+    check_entry(module_run())

@@ -93,4 +93,4 @@ def image(cache_dir="data", data_dir=None, block_size=1024, **_):
 
 
 if __name__ == "__main__":                                   # python -m tasks.image: prepare its files alone
-    prepare_main("image")
+    prepare_main("tasks.image")

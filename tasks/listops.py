@@ -30,6 +30,7 @@ LISTOPS_SIZES = {"train": 96_000, "val": 2_000, "test": 2_000}
 LISTOPS_DEPTH = 10              # nodes at this depth are leaves: operators sit at depths 1 .. 9
 LISTOPS_ARGS = (2, 10)          # arguments of an operator, both ends included
 LISTOPS_LEN = (500, 2000)       # a tree is kept when MIN < length < MAX (tokens without parentheses)
+LISTOPS_MOST_TREES, LISTOPS_MOST_BYTES = 10_000_000, 16 * 2**30    # a setting's bounds: some 2 hours, and the disk
 LISTOPS_OP_P = 0.25             # below the depth limit a node is an operator with this probability
 
 
@@ -106,6 +107,10 @@ def listops_setting(listops_depth=LISTOPS_DEPTH, listops_args=LISTOPS_ARGS, list
                         "TRAIN,VAL,TEST")
     setting = ListOpsSetting(depth, args, lengths, sizes)
     lo, hi = max(lengths[0] + 1, 2 + args[0]), min(lengths[1] - 1, setting.longest())
+    if sum(sizes) > LISTOPS_MOST_TREES or sum(sizes) * hi > LISTOPS_MOST_BYTES:   # LRA's: 100,000 trees, 0.2 GB
+        raise DataError(f"listops: --listops_sizes {','.join(map(str, sizes))} with trees up to {hi:,} tokens: allowed "
+                        f"are {LISTOPS_MOST_TREES:,} trees and {LISTOPS_MOST_BYTES / 2**30:g} GiB of token arrays "
+                        "(trees x the longest tree) at most; LRA's 100,000 take about a minute and 0.2 GB")
     if lo > hi:
         raise DataError(f"listops: no tree has {lengths[0]} < length < {lengths[1]} with --listops_depth {depth} and "
                         f"--listops_args {args[0]},{args[1]} (lengths {2 + args[0]} to {setting.longest()} are "
@@ -260,7 +265,8 @@ def tsv_task(folder, paths, block_size, cache_dir, fix):
     return Task("listops", "cls", len(LISTOPS_VOCAB), block_size, 10, loaders, missing, paths)
 
 
-@task("listops")
+@task("listops", help={"tsv": "also write the splits into the cache folder as LRA's basic_train.tsv, basic_val.tsv "
+                                  "and basic_test.tsv (its release format, for LRA's own code)"})
 def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LISTOPS_DEPTH, listops_args=LISTOPS_ARGS,
             listops_len=LISTOPS_LEN, listops_sizes=tuple(LISTOPS_SIZES.values()), tsv=False, **_):
     """LRA ListOps from --data_dir's basic_*.tsv, or generated once as arrays into cache_dir/listops (the LRA
@@ -299,5 +305,4 @@ def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LIST
 
 
 if __name__ == "__main__":                                   # python -m tasks.listops: prepare its files alone
-    prepare_main("listops", help={"tsv": "also write the splits into the cache folder as LRA's basic_train.tsv, "
-                                          "basic_val.tsv and basic_test.tsv (its release format, for LRA's own code)"})
+    prepare_main("tasks.listops")

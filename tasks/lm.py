@@ -17,9 +17,9 @@ import os
 import numpy as np
 
 from data import (MANIFEST, DataError, LMSplit, Task, atomic_write_text, cache_problem, cached_dir, file_problem,
-                  file_stamp, id_dtype, load_json, read_lines, read_text, reading, release, remove_stale_temps,
-                  save_json, source_key, task)
-from tasks.sources import encode_batch, get_tokenizer, hf_rows, hf_split, load_hf
+                  file_stamp, id_dtype, load_json, prepare_main, read_lines, read_text, reading, release,
+                  remove_stale_temps, save_json, source_key, task)
+from tasks.sources import check_tokenizer, encode_batch, get_tokenizer, hf_rows, hf_split, load_hf
 
 
 PTB_LAYOUT = ("DIR with Mikolov's ptb.train.txt, ptb.valid.txt, ptb.test.txt (simple-examples.tgz; DIR may "
@@ -316,3 +316,7 @@ def textfile(cache_dir="data", data_dir=None, block_size=256, tokenizer="gpt2", 
 
     cached_dir(folder, build, f"textfile: {len(files)} file(s) tokenised with {tokenizer}")
     return lm_bin_task("textfile", folder, block_size, ("train", "val"), sources)
+
+
+if __name__ == "__main__":                                   # python -m tasks.lm --task ptb: prepare one task alone
+    prepare_main("tasks.lm", check_tokenizer)

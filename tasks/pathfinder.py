@@ -390,4 +390,4 @@ def pathfinder(cache_dir="data", data_dir=None, block_size=1024, **_):
 
 
 if __name__ == "__main__":                                   # python -m tasks.pathfinder: prepare its files alone
-    prepare_main("pathfinder")
+    prepare_main("tasks.pathfinder")

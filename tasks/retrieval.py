@@ -77,4 +77,4 @@ def retrieval(cache_dir="data", data_dir=None, block_size=4000, **_):
 
 
 if __name__ == "__main__":                                   # python -m tasks.retrieval: prepare its files alone
-    prepare_main("retrieval")
+    prepare_main("tasks.retrieval")

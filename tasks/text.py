@@ -17,9 +17,9 @@ import os
 import numpy as np
 
 import bert
-from data import (DataError, cached_dir, check_labels, cls_task, hold_out_val, id_dtype, load_json, one_line, reading,
-                  read_text, release, save_arrays, save_json, source_key, task)
-from tasks.sources import encode_batch, get_tokenizer, hf_columns, hf_split, load_hf
+from data import (DataError, cached_dir, check_labels, cls_task, hold_out_val, id_dtype, load_json, one_line,
+                  prepare_main, reading, read_text, release, save_arrays, save_json, source_key, task)
+from tasks.sources import check_tokenizer, encode_batch, get_tokenizer, hf_columns, hf_split, load_hf
 
 
 def bpe_rows(enc, texts, length, chunk=4096):
@@ -196,3 +196,7 @@ def agnews(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2", **
                 return {"train": (texts[:n], labels[:n]), "test": (texts[n:], labels[n:])}
     key, read = with_val(key, read, "agnews")
     return bpe_cls_task("agnews", cache_dir, key, read, tokenizer, block_size, 512, 4, SPLITS)
+
+
+if __name__ == "__main__":                                   # python -m tasks.text --task imdb: prepare one task alone
+    prepare_main("tasks.text", check_tokenizer)

@@ -35,7 +35,7 @@ def test_list_of_one_table_gives_its_commands(capsys):
     assert lines[-1].endswith("python analyze.py curves --table transfer")
     experiments.main(["depth", "--list"])                                  # the table named before --list
     assert capsys.readouterr().out.startswith("depth: Depth (SimpleTRON §5.2)")
-    with pytest.raises(SystemExit, match="choose a table"):
+    with pytest.raises(experiments.UsageError, match="unknown table 'nothing': choose one of deq-grid, ptb"):
         experiments.main(["--list", "nothing"])
 
 

@@ -1,0 +1,593 @@
+"""Every program beside train.py under train.py's rule (issue 32): sample.py, analyze.py (each subcommand),
+experiments.py and every `python -m tasks.X` meet a user's mistakes (missing, empty, binary, huge or damaged files,
+folders where files belong and back, read-only places, absurd numbers, unknown names, a checkpoint of the wrong
+kind) with one line on stderr, "error: ...", exit status 2, no traceback, before any work. Each case runs the
+program's main as its `__main__` does (data.run_main), in this process; a few run it as a command. Ctrl-C is one
+line and exit 130, running out of memory one line and 2; the run folder's own faults are refused before a run."""
+
+import functools
+import json
+import os
+import runpy
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import types
+import warnings
+
+import pytest
+import torch
+
+import analyze
+import config
+import data
+import diffeqformer
+import experiments
+import sample
+import simpletron
+import tasks
+import train
+import transject
+from test_train import write_listops
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = ["--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--batch_size", "4", "--eval_iters", "1",
+        "--log_interval", "1", "--warmup", "1", "--max_iters", "2", "--eval_interval", "2", "--block_size", "16"]
+TEXT = "to be, or not to be: that is the question.\n" * 40
+BINARY = bytes(range(256)) * 8 + b"\xff\xfe\x00\xc3("          # not UTF-8, not JSON, not a pickle
+
+
+@pytest.fixture(scope="module")
+def w(tmp_path_factory):
+    """What the cases break: tiny checkpoints (a character model, a classifier, a byte-level DiffEqFormer), their
+    run folders, and files of every wrong kind."""
+    root = tmp_path_factory.mktemp("entry")
+    (root / "t.txt").write_text(TEXT)
+    lra = write_listops(root / "lra", 8, seed=1)
+    common = ["--cache_dir", str(root / "cache"), *TINY]
+    train.main(["--task", "textfile", "--data_dir", str(root / "t.txt"), "--tokenizer", "char", "--out_dir",
+                str(root / "lm"), *common])
+    train.main(["--task", "textfile", "--data_dir", str(root / "t.txt"), "--tokenizer", "byte", "--model",
+                "diffeqformer", "--out_dir", str(root / "deq"), *common])
+    train.main(["--task", "listops", "--data_dir", str(lra), "--out_dir", str(root / "cls"), *common])
+    (root / "bin").write_bytes(BINARY)
+    (root / "empty").write_bytes(b"")
+    (root / "dir").mkdir()
+    raw = (root / "lm" / "ckpt.pt").read_bytes()
+    (root / "trunc.pt").write_bytes(raw[:len(raw) // 2])
+    os.mkfifo(root / "fifo")                                 # opening it would block: never opened
+    return types.SimpleNamespace(root=root, lm=root / "lm" / "ckpt.pt", deq=root / "deq" / "ckpt.pt",
+                                 cls=root / "cls" / "ckpt.pt", txt=root / "t.txt", bin=root / "bin",
+                                 empty=root / "empty", dir=root / "dir", trunc=root / "trunc.pt", fifo=root / "fifo",
+                                 lra=lra, under=root / "t.txt" / "x")
+
+
+def edited(w, t, **change):
+    """A copy of the character model's checkpoint with `change` applied (None removes a key)."""
+    ckpt = torch.load(w.lm, weights_only=True)
+    for k, v in change.items():
+        ckpt.pop(k) if v is None else ckpt.__setitem__(k, v(ckpt) if callable(v) else v)
+    torch.save(ckpt, t / "edited.pt")
+    return t / "edited.pt"
+
+
+def checkpoint(t, name, model):
+    torch.save({"model_name": name, "config": vars(model.config), "model": model.state_dict(),
+                "args": {"task": "listops"}}, t / f"{name}.pt")
+    return t / f"{name}.pt"
+
+
+def transject_ckpt(t):
+    return checkpoint(t, "transject", transject.Model(transject.Config(vocab_size=16, block_size=8, n_layer=1,
+                                                                       n_embd=8)))
+
+
+def classifier(t):
+    """A DiffEqFormer classifier."""
+    return checkpoint(t, "diffeqformer", diffeqformer.Model(diffeqformer.Config(
+        vocab_size=16, block_size=8, n_layer=1, n_embd=8, n_head=2, head="cls", n_classes=2)))
+
+
+def log_file(t, content, name="log.jsonl"):
+    """A run folder t/run whose log.jsonl holds `content` (bytes; None: a folder)."""
+    (t / "run").mkdir(exist_ok=True)
+    (t / "run" / name).mkdir() if content is None else (t / "run" / name).write_bytes(content)
+    return t / "run"
+
+
+def huge(t):
+    """A 3 GB file that takes no room (sparse)."""
+    with open(t / "huge.txt", "wb") as f:
+        f.truncate(3 * 2**30)
+    return t / "huge.txt"
+
+
+def results(t, table, seeds, metrics):
+    """out/exp/TABLE/ROW-sSEED/metrics.json of every row and seed, each holding `metrics` (bytes; None: a folder)."""
+    for row in experiments.TABLES[table].rows:
+        for s in seeds:
+            d = t / experiments.run_dir(table, row, s)
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "metrics.json").mkdir() if metrics is None else (d / "metrics.json").write_bytes(metrics)
+    return table
+
+
+# ----------------------------------------------------------------------------------------------
+# The cases: (program, name, argv(w, t) with t a fresh folder, words the line says). "+work": the fault shows only
+# once the work has begun (a file read while it is built): still one line, and no output.
+
+S, A, E = "sample.py", "analyze.py", "experiments.py"
+CASES = [
+    # sample.py: the checkpoint
+    (S, "no flags", lambda w, t: [], "--ckpt"),
+    (S, "--ckpt without a value", lambda w, t: ["--ckpt"], "expected one argument"),
+    (S, "an unknown flag", lambda w, t: ["--ckpt", w.lm, "--temprature", "1"], "unrecognized"),
+    (S, "no checkpoint there", lambda w, t: ["--ckpt", t / "none.pt"], "no checkpoint at"),
+    (S, "a folder as the checkpoint", lambda w, t: ["--ckpt", w.dir], "is a folder"),
+    (S, "the run folder as the checkpoint", lambda w, t: ["--ckpt", w.lm.parent], "is a folder"),
+    (S, "an empty checkpoint", lambda w, t: ["--ckpt", w.empty], "not a readable train.py checkpoint"),
+    (S, "a binary checkpoint", lambda w, t: ["--ckpt", w.bin], "not a readable train.py checkpoint"),
+    (S, "a truncated checkpoint", lambda w, t: ["--ckpt", w.trunc], "not a readable train.py checkpoint"),
+    (S, "a text file as the checkpoint", lambda w, t: ["--ckpt", w.txt], "not a readable train.py checkpoint"),
+    (S, "a pipe as the checkpoint", lambda w, t: ["--ckpt", w.fifo], "not a regular file"),
+    (S, "a log as the checkpoint", lambda w, t: ["--ckpt", w.lm.parent / "log.jsonl"], "not a readable"),
+    (S, "a classifier", lambda w, t: ["--ckpt", w.cls], "classifier"),
+    (S, "a tensor, not a checkpoint", lambda w, t: [torch.save(torch.zeros(3), t / "z.pt"), "--ckpt", t / "z.pt"][1:],
+     "not a train.py checkpoint"),
+    (S, "an unknown model", lambda w, t: ["--ckpt", edited(w, t, model_name="gpt9")], "not a train.py checkpoint"),
+    (S, "no weights", lambda w, t: ["--ckpt", edited(w, t, model=None)], "not a train.py checkpoint"),
+    (S, "weights of another shape", lambda w, t: ["--ckpt", edited(w, t, model=lambda c: {
+        k: torch.zeros(3) for k in c["model"]})], "do not fit"),
+    (S, "a config of the wrong type", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
+        **c["config"], "n_embd": "wide"})], "--n_embd wide"),
+    (S, "a config with a field the model lacks", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
+        **c["config"], "colour": 3})], "bad model settings"),
+    (S, "a negative width in its config", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
+        **c["config"], "n_embd": -16})], "--n_embd -16"),
+    (S, "weights that are not finite", lambda w, t: ["--ckpt", edited(w, t, model=lambda c: {
+        k: v * float("nan") if v.is_floating_point() else v for k, v in c["model"].items()})], "not finite"),
+    (S, "a task with no tokenizer", lambda w, t: ["--ckpt", edited(w, t, args=lambda c: {
+        **c["args"], "task": "chess"})], "no tokenizer"),
+    (S, "its data gone", lambda w, t: ["--ckpt", edited(w, t, args=lambda c: {
+        **c["args"], "data_dir": str(t / "gone.txt"), "cache_dir": str(t / "c")})], "gone.txt"),
+    # sample.py: the prompt
+    (S, "a prompt file that is not there", lambda w, t: ["--ckpt", w.lm, "--start", f"FILE:{t / 'p.txt'}"],
+     "does not exist"),
+    (S, "a binary prompt file", lambda w, t: ["--ckpt", w.lm, "--start", f"FILE:{w.bin}"], "not UTF-8"),
+    (S, "a folder as the prompt file", lambda w, t: ["--ckpt", w.lm, "--start", f"FILE:{w.dir}"], "is a folder"),
+    (S, "a pipe as the prompt file", lambda w, t: ["--ckpt", w.lm, "--start", f"FILE:{w.fifo}"],
+     "not a regular file"),
+    (S, "an empty prompt file", lambda w, t: ["--ckpt", w.lm, "--start", f"FILE:{w.empty}"], "empty"),
+    (S, "FILE: with no path", lambda w, t: ["--ckpt", w.lm, "--start", "FILE:"], "FILE:"),
+    (S, "a 3 GB prompt file", lambda w, t: ["--ckpt", w.lm, "--start", f"FILE:{huge(t)}"], "MB"),
+    (S, "an empty prompt", lambda w, t: ["--ckpt", w.lm, "--start", ""], "empty"),
+    (S, "characters the model never saw", lambda w, t: ["--ckpt", w.lm, "--start", "zebra"], "'z'"),
+    (S, "--data_dir not there", lambda w, t: ["--ckpt", w.lm, "--data_dir", t / "none"], "none"),
+    (S, "--data_dir a binary file", lambda w, t: ["--ckpt", w.lm, "--data_dir", w.bin], "UTF-8", "+work"),
+    (S, "--data_dir empty", lambda w, t: ["--ckpt", w.lm, "--data_dir", ""], "--data_dir"),
+    # sample.py: numbers and the device
+    *[(S, f"--temperature {v}", lambda w, t, v=v: ["--ckpt", w.lm, "--temperature", v], "--temperature")
+      for v in ("0", "-1", "nan", "inf", "-inf", "1e-300", "1e-9", "1e400")],
+    (S, "--temperature a word", lambda w, t: ["--ckpt", w.lm, "--temperature", "hot"], "invalid float"),
+    *[(S, f"--top_k {v}", lambda w, t, v=v: ["--ckpt", w.lm, "--top_k", v], "--top_k") for v in ("-1", "1.5", "x")],
+    *[(S, f"--num_samples {v}", lambda w, t, v=v: ["--ckpt", w.lm, "--num_samples", v], "--num_samples")
+      for v in ("0", "-3", "2.5", str(10**9), str(10**30))],
+    *[(S, f"--max_new_tokens {v}", lambda w, t, v=v: ["--ckpt", w.lm, "--max_new_tokens", v], "--max_new_tokens")
+      for v in ("-1", str(10**12), str(10**7), "1e3", "")],
+    (S, "many samples of many tokens", lambda w, t: ["--ckpt", w.lm, "--num_samples", "200000", "--max_new_tokens",
+                                                     "90000"], "memory"),
+    *[(S, f"--seed {v}", lambda w, t, v=v: ["--ckpt", w.lm, "--seed", v], "--seed") for v in ("-1", str(2**40), "x")],
+    *[(S, f"--device {v}", lambda w, t, v=v: ["--ckpt", w.lm, "--device", v], "--device")
+      for v in ("cuda", "cuda:3", "mps", "tpu", "", "CPU")],
+
+    # analyze.py: the command line and --out
+    (A, "no subcommand", lambda w, t: [], "give a subcommand"),
+    (A, "an unknown subcommand", lambda w, t: ["spectrum"], "invalid choice"),
+    (A, "an unknown flag", lambda w, t: ["cluster", "--stepz", "3"], "unrecognized"),
+    (A, "--out a file", lambda w, t: ["cluster", "--out", w.txt], "--out"),
+    (A, "--out under a file", lambda w, t: ["cluster", "--out", w.under], "--out"),
+    (A, "--out empty", lambda w, t: ["cluster", "--out", ""], "--out"),
+    (A, "--out read-only", lambda w, t: ["cluster", "--out", t / "ro" / "a"], "--out"),
+    (A, "--out without a value", lambda w, t: ["cluster", "--out"], "expected one argument"),
+    # spectra, lyapunov, activation, experts: the checkpoints
+    *[(A, f"{cmd} without --ckpt", lambda w, t, cmd=cmd: [cmd, "--out", t / "a"], "--ckpt")
+      for cmd in ("spectra", "lyapunov", "activation", "experts")],
+    *[(A, f"{cmd} with {what}", lambda w, t, cmd=cmd, f=f: [cmd, "--ckpt", f(w, t), "--out", t / "a"], words)
+      for cmd in ("spectra", "lyapunov", "activation", "experts")
+      for what, f, words in (("no checkpoint there", lambda w, t: t / "none.pt", "no checkpoint at"),
+                             ("a binary checkpoint", lambda w, t: w.bin, "not a readable"),
+                             ("an empty checkpoint", lambda w, t: w.empty, "not a readable"),
+                             ("a folder", lambda w, t: w.dir, "is a folder"))],
+    (A, "spectra of weights that are not finite", lambda w, t: ["spectra", "--ckpt", edited(w, t, model=lambda c: {
+        k: v * float("inf") if v.is_floating_point() else v for k, v in c["model"].items()}), "--out", t / "a"],
+     "not finite"),
+    (A, "activation of a config out of its limits", lambda w, t: ["activation", "--ckpt", edited(w, t, config=lambda c: {
+        **c["config"], "n_layer": 0}), "--out", t / "a"], "--n_layer 0"),
+    (A, "spectra of TransJect", lambda w, t: ["spectra", "--ckpt", transject_ckpt(t), "--out", t / "a"], "TransJect"),
+    (A, "spectra of two checkpoints", lambda w, t: ["spectra", "--ckpt", w.lm, "--ckpt", w.cls, "--out", t / "a"],
+     "one --ckpt"),
+    (A, "spectra --grid of a discrete model", lambda w, t: ["spectra", "--ckpt", w.lm, "--grid", "5", "--out",
+                                                            t / "a"], "--grid"),
+    *[(A, f"spectra --grid {v}", lambda w, t, v=v: ["spectra", "--ckpt", w.deq, "--grid", v, "--out", t / "a"],
+       "--grid") for v in ("-1", str(10**9), "x")],
+    (A, "lyapunov of a SimpleTRON", lambda w, t: ["lyapunov", "--ckpt", w.lm, "--out", t / "a"], "DiffEqFormer"),
+    (A, "lyapunov of a DiffEqFormer classifier", lambda w, t: ["lyapunov", "--ckpt", classifier(t), "--out", t / "a"],
+     "language model"),
+    (A, "lyapunov --text empty", lambda w, t: ["lyapunov", "--ckpt", w.deq, "--text", "", "--out", t / "a"], "--text"),
+    *[(A, f"lyapunov --position {v}", lambda w, t, v=v: ["lyapunov", "--ckpt", w.deq, "--text", "to be", "--position",
+                                                          v, "--out", t / "a"], "--position")
+      for v in ("5", "-6", "99999", "x")],
+    *[(A, f"lyapunov --k {v}", lambda w, t, v=v: ["lyapunov", "--ckpt", w.deq, "--k", v, "--out", t / "a"], "--k")
+      for v in ("0", "-2", "x")],
+    (A, "experts of a SimpleTRON", lambda w, t: ["experts", "--ckpt", w.lm, "--out", t / "a"], "TransJect"),
+    *[(A, f"{cmd} --{flag} {v}", lambda w, t, cmd=cmd, flag=flag, v=v: [cmd, "--ckpt", w.lm, f"--{flag}", v, "--out",
+                                                                         t / "a"], f"--{flag}")
+      for cmd in ("activation", "experts")
+      for flag, v in (("n_seq", "0"), ("n_seq", "-1"), ("n_seq", str(10**12)), ("max_len", "0"), ("max_len", "-1"))],
+    (A, "activation, the run's data gone", lambda w, t: ["activation", "--ckpt", edited(w, t, args=lambda c: {
+        **c["args"], "data_dir": str(t / "gone.txt"), "cache_dir": str(t / "c")}), "--out", t / "a"], "gone.txt"),
+    # cluster: numbers
+    *[(A, f"cluster --{flag} {v}", lambda w, t, flag=flag, v=v: ["cluster", f"--{flag}", v, "--out", t / "a"],
+       f"--{flag}")
+      for flag, values in (("tokens", ("0", "1", "-5", str(10**9), "many")), ("steps", ("0", "-1", str(10**12), "1.5")),
+                           ("T", ("0", "-1", "nan", "inf", "1e308")), ("eps", ("0", "-0.1", "nan", "inf")),
+                           ("degrees", ("", "a,b", "1,,2", "-1", "99999", "1.5")), ("seed", ("-1", str(2**40))),
+                           ("weights", ("orthogonal",)))
+      for v in values],
+    (A, "cluster of many tokens for many steps", lambda w, t: ["cluster", "--tokens", "1000", "--steps", "100000",
+                                                               "--out", t / "a"], "--steps"),
+    # attnstd and curves: the run folders
+    (A, "attnstd without --run", lambda w, t: ["attnstd", "--out", t / "a"], "--run"),
+    (A, "attnstd of a folder that is not there", lambda w, t: ["attnstd", "--run", t / "none", "--out", t / "a"],
+     "none"),
+    (A, "attnstd of a file", lambda w, t: ["attnstd", "--run", w.txt, "--out", t / "a"], "log.jsonl"),
+    (A, "attnstd of a run without attention std", lambda w, t: ["attnstd", "--run", w.lm.parent, "--out", t / "a"],
+     "--attn_std_interval"),
+    (A, "attnstd of a binary log", lambda w, t: ["attnstd", "--run", log_file(t, BINARY), "--out", t / "a"],
+     "log.jsonl"),
+    (A, "attnstd of a log that is a folder", lambda w, t: ["attnstd", "--run", log_file(t, None), "--out", t / "a"],
+     "folder"),
+    (A, "attnstd with a damaged metrics.json", lambda w, t: [
+        "attnstd", "--run", [log_file(t, b'{"step": 1, "score_std": [1], "attn_std": [1]}\n'),
+                             log_file(t, b"{", "metrics.json")][0], "--out", t / "a"], "metrics.json"),
+    (A, "curves of nothing", lambda w, t: ["curves", "--out", t / "a"], "run folders"),
+    (A, "curves of a folder that is not there", lambda w, t: ["curves", t / "none", "--out", t / "a"], "none"),
+    (A, "curves of a file", lambda w, t: ["curves", w.txt, "--out", t / "a"], "log.jsonl"),
+    (A, "curves of a binary log", lambda w, t: ["curves", log_file(t, BINARY), "--out", t / "a"], "log.jsonl"),
+    (A, "curves of an empty log", lambda w, t: ["curves", log_file(t, b""), "--out", t / "a"], "log.jsonl"),
+    (A, "curves of a log of other JSON", lambda w, t: ["curves", log_file(t, b'[1, 2]\n"x"\n'), "--out", t / "a"],
+     "log.jsonl"),
+    (A, "curves of a log that is a folder", lambda w, t: ["curves", log_file(t, None), "--out", t / "a"], "folder"),
+    (A, "curves of a run and a broken one", lambda w, t: ["curves", w.lm.parent, log_file(t, BINARY), "--out",
+                                                          t / "a"], "log.jsonl"),
+    (A, "curves --table unknown", lambda w, t: ["curves", "--table", "nothing", "--out", t / "a"], "nothing"),
+
+    # experiments.py (run in t: out/exp/... there, docs/results.md replaced by t/results.md)
+    (E, "no table", lambda w, t: [], "table"),
+    (E, "an unknown table", lambda w, t: ["chess"], "chess"),
+    (E, "--list of an unknown table", lambda w, t: ["--list", "chess"], "chess"),
+    (E, "an unknown flag", lambda w, t: ["transfer", "--colour", "red"], "unrecognized"),
+    (E, "--seeds without a value", lambda w, t: ["transfer", "--seeds"], "expected one argument"),
+    *[(E, f"--seeds {v!r}", lambda w, t, v=v: ["transfer", "--seeds", v], "--seeds")
+      for v in ("", "a", "-1", "0,0", "1,,2", "1.5", str(2**40), "0;1")],
+    *[(E, f"--jobs {v}", lambda w, t, v=v: ["transfer", "--jobs", v], "--jobs") for v in ("0", "-2", "x", str(10**6))],
+    (E, "--data_dir not there", lambda w, t: ["transfer", "--data_dir", t / "none"], "--data_dir"),
+    (E, "--bert_dir missing", lambda w, t: ["agnews"], "--bert_dir"),
+    (E, "--bert_dir a file", lambda w, t: ["agnews", "--bert_dir", w.txt], "--bert_dir"),
+    (E, "--report_only without runs", lambda w, t: ["transfer", "--report_only", "--seeds", "0"],
+     "python experiments.py"),
+    (E, "--report_only with a run missing", lambda w, t: [
+        "transfer", "--report_only", "--seeds", "0,1", results(t, "transfer", [0], json.dumps(
+            {"val_acc": 0.5, "test_acc": 0.5, "n_params": 10, "n_val": 2, "n_test": 2, "model": "simpletron"}).encode())
+    ][:4], "s1"),
+    *[(E, f"--report_only, metrics.json {what}", lambda w, t, m=m: [
+        "transfer", "--report_only", "--seeds", "0", results(t, "transfer", [0], m)][:4], "metrics.json")
+      for what, m in (("corrupt", b'{"val_acc": 0.'), ("empty", b""), ("binary", BINARY), ("a folder", None),
+                      ("a list", b"[1, 2]"), ("without numbers", b"{}"), ("of text", b'{"val_acc": "high"}'))],
+    (E, "results.md a folder", lambda w, t: [(t / "results.md").mkdir(), "transfer", "--report_only", "--seeds",
+                                             "0"][1:], "results.md"),
+]
+
+MODULES = ["tasks.listops", "tasks.pathfinder", "tasks.image", "tasks.retrieval", "tasks.lm", "tasks.text"]
+PREPARE = [
+    *[(m, f"--block_size {v}", lambda w, t, v=v, m=m: [*(["--task", "textfile"] if m == "tasks.lm" else
+                                                          ["--task", "imdb"] if m == "tasks.text" else []),
+                                                        "--block_size", v, "--cache_dir", t / "c"], "--block_size")
+      for m in MODULES for v in ("-5", "0", "x")],
+    *[(m, f"--cache_dir {what}", lambda w, t, f=f, m=m: [*(["--task", "textfile", "--data_dir", w.txt]
+                                                          if m == "tasks.lm" else ["--task", "imdb"]
+                                                          if m == "tasks.text" else []), "--cache_dir", f(w, t)],
+       "--cache_dir")
+      for m in MODULES for what, f in (("a file", lambda w, t: w.txt), ("under a file", lambda w, t: w.under),
+                                       ("read-only", lambda w, t: t / "ro" / "c"), ("empty", lambda w, t: ""))],
+    *[(m, "an unknown flag", lambda w, t: ["--cache_dir", t / "c", "--colour", "red"], "unrecognized")
+      for m in MODULES],
+    *[(m, "a flag without its value", lambda w, t: ["--cache_dir"], "expected one argument") for m in MODULES],
+    *[(m, "--data_dir not there", lambda w, t, m=m: [*(["--task", "ptb"] if m == "tasks.lm" else ["--task", "agnews"]
+                                                      if m == "tasks.text" else []), "--data_dir", t / "none",
+                                                    "--cache_dir", t / "c"], "none")
+      for m in MODULES],
+    *[(m, "--data_dir an empty folder", lambda w, t, m=m: [*(["--task", "wikitext103"] if m == "tasks.lm" else
+                                                            ["--task", "text"] if m == "tasks.text" else []),
+                                                          "--data_dir", w.dir, "--cache_dir", t / "c"], "dir")
+      for m in MODULES],
+    ("tasks.listops", "--data_dir a file", lambda w, t: ["--data_dir", w.bin, "--cache_dir", t / "c"], "bin"),
+    ("tasks.listops", "binary TSV files", lambda w, t: [
+        [(t / "d").mkdir()] + [(t / "d" / f"basic_{s}.tsv").write_bytes(BINARY) for s in ("train", "val", "test")],
+        "--data_dir", t / "d", "--cache_dir", t / "c"][1:], "basic_train.tsv"),
+    *[("tasks.listops", f"--{flag} {v}", lambda w, t, flag=flag, v=v: [f"--{flag}", v, "--cache_dir", t / "c"],
+       f"--{flag}")
+      for flag, values in (("listops_depth", ("x", "1", "1000")), ("listops_args", ("5,2", "a,b", "3")),
+                           ("listops_len", ("20,5", "x")), ("listops_sizes", ("0,0,0", "1,2", "a,b,c")))
+      for v in values],
+    ("tasks.listops", "a billion trees", lambda w, t: ["--listops_sizes", "1000000000,2,2", "--cache_dir", t / "c"],
+     "--listops_sizes"),
+    ("tasks.listops", "trees of a billion tokens", lambda w, t: ["--listops_len", "5,1000000000", "--listops_depth", "30",
+                                                                 "--cache_dir", t / "c"], "GiB"),
+    ("tasks.listops", "--tsv with a value", lambda w, t: ["--tsv=1", "--cache_dir", t / "c"], "--tsv"),
+    ("tasks.listops", "--task of another module", lambda w, t: ["--task", "ptb", "--cache_dir", t / "c"], "ptb"),
+    ("tasks.listops", "a flag of another task", lambda w, t: ["--tokenizer", "byte", "--cache_dir", t / "c"],
+     "--tokenizer"),
+    ("tasks.retrieval", "no --data_dir", lambda w, t: ["--cache_dir", t / "c"], "--data_dir"),
+    ("tasks.lm", "no --task", lambda w, t: ["--cache_dir", t / "c"], "--task"),
+    ("tasks.lm", "an unknown --task", lambda w, t: ["--task", "chess", "--cache_dir", t / "c"], "chess"),
+    ("tasks.lm", "textfile without --data_dir", lambda w, t: ["--task", "textfile", "--cache_dir", t / "c"],
+     "--data_dir"),
+    ("tasks.lm", "an unknown tokenizer", lambda w, t: ["--task", "textfile", "--data_dir", w.txt, "--tokenizer", "nope",
+                                                       "--cache_dir", t / "c"], "--tokenizer"),
+    ("tasks.lm", "a binary text file", lambda w, t: ["--task", "textfile", "--data_dir", w.bin, "--tokenizer", "char",
+                                                     "--cache_dir", t / "c"], "UTF-8", "+work"),
+    ("tasks.lm", "an empty text file", lambda w, t: ["--task", "textfile", "--data_dir", w.empty, "--tokenizer",
+                                                     "char", "--cache_dir", t / "c"], "no text", "+work"),
+    ("tasks.lm", "a text shorter than a window", lambda w, t: [
+        (t / "short.txt").write_text("abc" * 4), "--task", "textfile", "--data_dir", t / "short.txt", "--tokenizer",
+        "char", "--block_size", "64", "--cache_dir", t / "c"][1:], "--block_size", "+work"),
+    ("tasks.lm", "a pipe as the text file", lambda w, t: ["--task", "textfile", "--data_dir", w.fifo, "--cache_dir",
+                                                          t / "c"], "not a regular file"),
+    ("tasks.lm", "openwebtext of a binary file", lambda w, t: [
+        (t / "owt").mkdir(), (t / "owt" / "train.bin").write_bytes(b"\x01"), (t / "owt" / "val.bin").write_bytes(b""),
+        "--task", "openwebtext", "--data_dir", t / "owt", "--cache_dir", t / "c"][3:], "bin"),
+    ("tasks.text", "no --task", lambda w, t: ["--cache_dir", t / "c"], "--task"),
+    ("tasks.text", "a tokenizer for the byte-level task", lambda w, t: ["--task", "text", "--tokenizer", "byte",
+                                                                        "--cache_dir", t / "c"], "--tokenizer"),
+    ("tasks.text", "agnews of a binary CSV", lambda w, t: [
+        (t / "ag").mkdir(), (t / "ag" / "test.csv").write_bytes(BINARY), "--task", "agnews", "--tokenizer", "byte",
+        "--data_dir", t / "ag", "--cache_dir", t / "c"][2:], "UTF-8", "+work"),
+]
+
+
+class Worked(AssertionError):
+    """The program began its work (sampling, an analysis, a training run, a cache) before it found the fault."""
+
+
+@pytest.fixture
+def guarded(monkeypatch, tmp_path):
+    """Work raises Worked; a folder named ro is read-only (faked: root writes anywhere); experiments.py runs in
+    tmp_path and writes tmp_path/results.md."""
+    def worked(*a, **k):
+        raise Worked("work began before the fault was found")
+    for model in (simpletron.Model, transject.Model, diffeqformer.Model):
+        monkeypatch.setattr(model, "generate", worked)
+    monkeypatch.setattr(analyze, "COMMANDS", {name: worked for name in analyze.COMMANDS})
+    monkeypatch.setattr(subprocess, "Popen", worked)
+    monkeypatch.setattr(experiments, "write_block", worked)
+    for module in vars(tasks).values():                      # a cache that is there is read; one built is work
+        if isinstance(module, types.ModuleType) and module is not data and hasattr(module, "cached_dir"):
+            monkeypatch.setattr(module, "cached_dir", lambda folder, build, *a: data.cached_dir(folder, worked, *a))
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: access(p, mode) and not (
+        mode & os.W_OK and f"{os.sep}ro" in os.path.abspath(p)))
+    (tmp_path / "ro").mkdir()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(experiments, "RESULTS_MD", str(tmp_path / "results.md"))
+    return monkeypatch
+
+
+def entry(program, argv, monkeypatch):
+    """Run a program as its __main__ does, in this process (a task module: as python -m runs it, its entry at its
+    end): its exit status (its output: capsys)."""
+    main = {S: sample.main, A: analyze.main, E: experiments.main}.get(program)
+    try:
+        if main is None:
+            monkeypatch.setattr(sys, "argv", [program, *argv])
+            with warnings.catch_warnings():                  # (runpy's, as tasks/__init__.py's filter says)
+                warnings.simplefilter("ignore", RuntimeWarning)
+                runpy.run_module(program, run_name="__main__")
+        else:
+            data.run_main(functools.partial(main, argv), config.UsageError)
+    except SystemExit as e:
+        return e.code
+    return 0
+
+
+def check_one_line(status, err, words, expected=2):
+    lines = err.strip().splitlines()
+    assert status == expected, (status, err)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    assert words in lines[0], (words, lines[0])
+
+
+ALL = [(*c, "")[:5] for c in CASES + PREPARE]
+
+
+@pytest.mark.parametrize("program,name,argv,words,work", ALL, ids=[f"{c[0]}: {c[1]}" for c in ALL])
+def test_a_mistake_is_one_line_and_exit_2_before_any_work(program, name, argv, words, work, w, tmp_path, guarded,
+                                                          capsys):
+    if work:                                                 # found only while working: let it begin
+        guarded.undo()
+        guarded.chdir(tmp_path)
+        guarded.setattr(experiments, "RESULTS_MD", str(tmp_path / "results.md"))
+    status = entry(program, [str(a) for a in argv(w, tmp_path)], guarded)
+    out, err = capsys.readouterr()
+    check_one_line(status, err, words)
+    assert "---------------" not in out                      # no sample printed
+    assert not (tmp_path / "a").exists() and not (tmp_path / "results.md").is_file()     # no analysis, no table
+    if not work and (tmp_path / "c").exists():                # no task's cache
+        assert not [f for f in (tmp_path / "c").rglob("*") if f.is_file()]
+
+
+# ----------------------------------------------------------------------------------------------
+# As commands: one line on stderr, exit 2; Ctrl-C one line and 130; out of memory one line and 2
+
+def command(*argv, **kw):
+    return subprocess.run([sys.executable, *map(str, argv)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          **kw)
+
+
+@pytest.mark.parametrize("argv,words", [
+    (lambda w: ["sample.py", "--ckpt", w.lm, "--start", f"FILE:{w.bin}"], "not UTF-8"),
+    (lambda w: ["analyze.py", "curves", w.bin.parent / "lra", "--out", w.root / "a"], "log.jsonl"),
+    (lambda w: ["experiments.py", "transfer", "--jobs", "0"], "--jobs"),
+    (lambda w: ["-m", "tasks.listops", "--block_size", "-5"], "--block_size"),
+    (lambda w: ["-m", "tasks.lm", "--task", "textfile", "--cache_dir", w.under], "--cache_dir"),
+    *[(lambda w, m=m: ["-m", m], "no task") for m in ("tasks.sources", "tasks.listops_rules", "tasks.listops_format")],
+])
+def test_as_a_command(argv, words, w):
+    p = command(*argv(w))
+    check_one_line(p.returncode, p.stderr, words)
+    assert p.stdout == ""
+
+
+def test_a_module_of_tasks_lists_them_in_help_and_a_new_task_comes_last():
+    p = command("-m", "tasks.lm", "--help")
+    assert p.returncode == 0 and "--task {ptb,wikitext103,openwebtext,textfile}" in p.stdout
+    assert "35 (ptb), 512 (wikitext103), 1024 (openwebtext), 256 (textfile)" in " ".join(p.stdout.split())
+    assert list(data.TASKS) == list(tasks.ORDER)
+    assert tasks.in_order(["zebra", *reversed(tasks.ORDER), "aardvark"]) == [*tasks.ORDER, "zebra", "aardvark"]
+
+
+ZEBRA = """
+import numpy as np
+from data import LMSplit, Task, prepare_main, task
+
+
+@task("zebra")
+def zebra(cache_dir="data", block_size=4, **_):
+    stream = np.arange(100) % 7
+    return Task("zebra", "lm", 8, block_size, loaders={s: lambda: LMSplit(stream, block_size) for s in ("train", "val")})
+"""
+
+
+def copy_of_the_project(tmp_path):
+    repo = tmp_path / "repo"                                 # what runs there writes into out/ and data/ there
+    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(".*", "out", "data", "__pycache__", "img", "tests"))
+    return repo
+
+
+def test_a_new_task_module_without_its_entry_says_what_to_add(tmp_path):
+    repo = copy_of_the_project(tmp_path)
+    (repo / "tasks" / "zebra.py").write_text(ZEBRA)
+    p = subprocess.run([sys.executable, "-m", "tasks.zebra"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stdout == ""
+    assert p.stderr.strip() == ('error: tasks.zebra registers zebra but has no entry: end it with `if __name__ == "__main__": '
+                     'prepare_main("tasks.zebra")`, as tasks/listops.py does')
+    (repo / "tasks" / "zebra.py").write_text(ZEBRA + '\n\nif __name__ == "__main__":\n    prepare_main("tasks.zebra")\n')
+    p = subprocess.run([sys.executable, "-m", "tasks.zebra", "--block_size", "5"], cwd=repo, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 0 and p.stdout.startswith("zebra: train 100, val 100 tokens"), (p.stdout, p.stderr)
+
+
+def interrupted(argv, ready, after=0, cwd=ROOT):
+    """Start the command, send it SIGINT `after` seconds after its stdout shows `ready`: (exit status, stdout,
+    stderr)."""
+    p = subprocess.Popen([sys.executable, *map(str, argv)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    seen = ""
+    while ready not in seen:
+        line = p.stdout.readline()
+        assert line, (seen, p.stderr.read())
+        seen += line
+    time.sleep(after)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    return p.returncode, seen + out, err
+
+
+def test_ctrl_c_while_a_task_is_prepared_is_one_line_and_leaves_no_cache(tmp_path):
+    """The LRA recipe (a minute of work), interrupted while its process pool draws the trees."""
+    status, out, err = interrupted(["-m", "tasks.listops", "--cache_dir", tmp_path / "c"], "generating ListOps", 2)
+    assert status == 130 and err.strip().startswith("interrupted") and len(err.strip().splitlines()) == 1, err
+    assert "Traceback" not in err
+    assert not [p for p in (tmp_path / "c").rglob("*") if p.is_file()]       # nothing half-written kept
+
+
+def cwd_of(pid):
+    try:
+        return os.readlink(f"/proc/{pid}/cwd")
+    except OSError:                                          # gone, or not ours to read
+        return None
+
+
+def test_ctrl_c_while_experiments_runs_stops_its_runs_too(tmp_path):
+    """Ctrl-C to experiments.py alone (its runs have sessions of their own): every run it started stops too."""
+    repo = copy_of_the_project(tmp_path)
+    status, out, err = interrupted([repo / "experiments.py", "transfer", "--seeds", "0"], "[1/", cwd=repo)
+    assert status == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    for _ in range(100):                                     # (its data's worker processes end a moment later)
+        left = [pid for pid in filter(str.isdigit, os.listdir("/proc")) if cwd_of(pid) == str(repo.resolve())]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert left == [] and not (repo / "out" / "exp" / "transfer" / "simpletron-s0" / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("fault,status,words", [
+    (KeyboardInterrupt(), 130, "interrupted"),
+    (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"), 2, "out of memory"),
+    (MemoryError(), 2, "out of memory"),
+    (PermissionError(13, "Permission denied", "/x/y.png"), 2, "/x/y.png"),
+    (OSError(28, "No space left on device"), 2, "No space left"),
+])
+def test_what_work_meets_is_one_line_too(fault, status, words, w, tmp_path, monkeypatch, capsys):
+    def meets(*a, **k):
+        raise fault
+    monkeypatch.setattr(simpletron.Model, "generate", meets)
+    got = entry(S, ["--ckpt", str(w.lm), "--max_new_tokens", "5"], monkeypatch)
+    err = capsys.readouterr().err
+    assert got == status and len(err.strip().splitlines()) == 1 and words in err and "Traceback" not in err, err
+
+
+# ----------------------------------------------------------------------------------------------
+# The run folder: whatever makes it unusable is one line before the run (train.py, through rundir.py)
+
+@pytest.mark.parametrize("fault,words", [
+    (lambda out: (out / "lock").mkdir(), "lock"),
+    (lambda out: os.mkfifo(out / "lock"), "lock"),
+    (lambda out: (out / "ckpt.pt").mkdir(), "ckpt.pt"),
+    (lambda out: (out / "best.pt").mkdir(), "best.pt"),
+    (lambda out: (out / "log.jsonl").mkdir(), "log.jsonl"),
+    (lambda out: (out / "metrics.json").mkdir(), "metrics.json"),
+    (lambda out: (out / "loss.png").mkdir(), "loss.png"),
+    (lambda out: os.mkfifo(out / "log.jsonl"), "log.jsonl"),
+])
+def test_a_run_folder_that_cannot_be_used_is_one_line_before_the_run(fault, words, w, tmp_path, monkeypatch):
+    out = tmp_path / "out"
+    out.mkdir()
+    fault(out)
+    before = sorted(os.listdir(out))
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises((config.UsageError, data.DataError)) as e:
+        train.main(["--data_dir", str(w.lra), "--out_dir", str(out), "--cache_dir", str(tmp_path / "c"), *TINY])
+    assert "\n" not in str(e.value) and words in str(e.value), str(e.value)
+    assert sorted(os.listdir(out)) == before
+
+
+def test_a_cache_folder_that_cannot_be_made_is_one_line_from_train_py(tmp_path):
+    """An OS error found while working (here a file where the cache's folder goes) is one line too, exit 2."""
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "listops-depth3-args2-3-len5-20-n4-4-4").write_text("a file where the cache's folder goes")
+    p = command("train.py", "--out_dir", tmp_path / "o", "--cache_dir", tmp_path / "c", *TINY, "--listops_sizes",
+                "4,4,4", "--listops_len", "5,20", "--listops_depth", "3", "--listops_args", "2,3")
+    check_one_line(p.returncode, p.stderr, "listops-depth3-args2-3-len5-20-n4-4-4")
+    assert not (tmp_path / "o" / "ckpt.pt").exists()
+
+
+def test_lyapunov_text_may_hold_bytes_that_are_not_utf8(w):
+    """A byte-level model's --text with a byte that is not UTF-8 (the shell passes it on as it is): that byte."""
+    ids, labels = analyze.encode_text("a\udcff", torch.load(w.deq, weights_only=True))
+    assert ids.tolist() == [[ord("a") + 1, 0xff + 1]] and labels == ["a", "\\xff"]
