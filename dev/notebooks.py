@@ -32,6 +32,14 @@ def build(tour):
     nbclient.NotebookClient(notebook, timeout=600, kernel_name=KERNEL["name"], record_timing=False,
                             resources={"metadata": {"path": os.path.dirname(os.path.abspath(tour))}}).execute()
     seconds = time.time() - t0
+    for cell in notebook.cells:                              # a cell's printed lines as one output, not one each
+        outputs = []
+        for out in cell.get("outputs", []):
+            if outputs and out.output_type == outputs[-1].output_type == "stream" and out.name == outputs[-1].name:
+                outputs[-1].text += out.text
+            else:
+                outputs.append(out)
+        cell["outputs"] = outputs
     out = tour[:-3] + ".ipynb"
     with open(out + ".tmp", "w", encoding="utf-8") as f:     # whole or not at all
         nbformat.write(notebook, f)

@@ -12,7 +12,7 @@
 # minute.
 #
 # Run it as a notebook (Jupyter, VS Code, Colab: `tours/simpletron.ipynb`) or as a script,
-# `python tours/simpletron.py`: about 1.5 minutes on a 2-core CPU. As a script it draws no figure on screen (set
+# `python tours/simpletron.py`: under a minute on a 2-core CPU. As a script it draws no figure on screen (set
 # `MPLBACKEND`, e.g. `MPLBACKEND=TkAgg`, to see them in windows).
 
 # %%
