@@ -53,7 +53,7 @@ import torch.nn.functional as F  # noqa: E402
 import simpletron  # noqa: E402
 
 torch.manual_seed(0)
-print(f"the project: {ROOT}; torch {torch.__version__}")
+print(f"torch {torch.__version__}, CUDA GPU: {torch.cuda.is_available()}")
 
 # %% [markdown]
 # ## 1. Softmax attention forms an n × n matrix
