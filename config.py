@@ -14,6 +14,7 @@ import os
 import pickle
 import platform
 import re
+import shlex
 import warnings
 
 import torch
@@ -37,10 +38,14 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that raises one UsageError line instead of printing a usage dump and exiting."""
+    """argparse that raises one UsageError line instead of printing a usage dump and exiting; train.py's @FILE: the
+    flags in FILE (a recipe), its lines read as a shell reads them, # comments left out."""
 
     def error(self, message):
         raise UsageError(f"{message} (python {self.prog.split()[0]} --help lists the flags)")
+
+    def convert_arg_line_to_args(self, line):
+        return shlex.split(line, comments=True)
 
 
 def to_bool(s):
@@ -86,6 +91,7 @@ LIMITS = {
     **{n: (lambda v: v >= 0, "a number >= 0") for n in ("weight_decay", "grad_clip", "gate_lr_scale",
                                                           "sigma_loss_weight")},
     "schedule": (lambda v: v in ("rsqrt", "cosine"), "rsqrt or cosine"),
+    "dtype": (lambda v: v in ("auto", "bfloat16", "float16", "float32"), "auto, bfloat16, float16 or float32"),
     "device": (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v), "auto, cpu, cuda, cuda:N or mps"),
     **{n: (lambda v: v.strip() != "", "a path") for n in ("out_dir", "data_dir", "cache_dir", "init_from",
                                                             "transfer_from")},
@@ -195,6 +201,7 @@ FLAGS = [
     ("lora_rank", int, 0, "With --steps: train LoRA adapters of this rank, not the linear maps' weights (0: none)."),
     ("lora_alpha", float, None, "With --lora_rank: LoRA's alpha; adapters scaled by alpha / rank (none: = rank)."),
     ("compile", bool, False, "Compile the model with torch.compile (faster steps after a slow first one)."),
+    ("dtype", str, "auto", "Autocast: auto (CUDA: bfloat16, float16 on GPUs without it), bfloat16, float16, float32."),
     ("listops_depth", int, 10, "ListOps generator: the depth limit, operators only above it (LRA: 10)."),
     ("listops_args", str, "2,10", "ListOps generator: MIN,MAX arguments per operator (LRA: 2,10)."),
     ("listops_len", str, "500,2000", "ListOps generator: keep trees with MIN < length < MAX tokens, brackets not "
@@ -372,7 +379,7 @@ PRESETS = {
 def parse_args(argv, description=None):
     """train.py's flags in two passes: the first finds the model (or the --resume or --init_from checkpoint's),
     whose Config fields then become flags too. Returns (args, the names given, the Config fields' names)."""
-    first = Parser(prog="train.py", add_help=False)
+    first = Parser(prog="train.py", add_help=False, fromfile_prefix_chars="@")
     for name in ("model", "out_dir", "init_from", "task", "preset", "listops_len"):
         first.add_argument(f"--{name}")
     first.add_argument("--resume", type=to_bool, nargs="?", const=True, default=False)
@@ -385,7 +392,8 @@ def parse_args(argv, description=None):
     config_fields = dataclasses.fields(model_module(model_name).Config)
     shown = help_values(model_name, known.task, known.preset, known.listops_len)
 
-    p = Parser(prog="train.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="train.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+               fromfile_prefix_chars="@")
     for name, typ, default, help in FLAGS:
         p.add_argument(f"--{name}", default=None, help=f"{help} [{shown.get(name, default)}]",
                        **(dict(type=to_bool, nargs="?", const=True) if typ is bool else dict(type=typ)))

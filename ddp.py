@@ -1,12 +1,14 @@
 """
 The processes of one torchrun launch (DistributedDataParallel, one device each), and what train.py decides for
-them: every split built in full by rank 0 first, the parameters a step leaves unused (DDP must be told), and each
-step's dropout seed per process. Without torchrun: one process, and every method does nothing.
+them: every split built in full by rank 0 first, the model the steps call (compiled, wrapped in DDP, which must
+be told of the parameters a step leaves unused), and each step's dropout seed per process. Without torchrun: one
+process, and every method does nothing.
 """
 
 import datetime
 import os
 
+import numpy as np
 import torch
 
 from config import UsageError
@@ -100,6 +102,19 @@ def unused_parameters(model, x, y, autocast):
     unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
     model.zero_grad(set_to_none=True)
     return unused
+
+
+def training_model(model, train, args, dist, autocast):
+    """What the steps call: the model, compiled by --compile, in DistributedDataParallel under torchrun."""
+    train_model = torch.compile(model) if args.compile else model
+    if dist.on:     # DDP averages the gradients over the processes; told of parameters a step leaves unused
+        x, y = (dist.share(t).to(dist.device)
+                for t in train.sample(args.batch_size * dist.world, np.random.default_rng(0)))
+        unused = dist.sum(len(unused_parameters(model, x, y, autocast)))[0]
+        train_model = torch.nn.parallel.DistributedDataParallel(
+            train_model, device_ids=[torch.cuda.current_device()] if dist.device == "cuda" else None,
+            find_unused_parameters=unused > 0)
+    return train_model
 
 
 def step_seed(seed, it, rank):

@@ -3,9 +3,12 @@ What a run starts from: its settings (the flags, and the checkpoint it resumes o
 BERT), every one checked before any data is read, and its model with its first weights once the task is known.
 """
 
+import contextlib
 import dataclasses
 import inspect
 import os
+
+import torch
 
 import bert
 import data
@@ -191,10 +194,28 @@ def rescale_batch(ckpt, dist, args):
     print(f"{dist.world} processes of --batch_size {args.batch_size} keep the run's batch of {global_batch}")
 
 
-def restore_optimizer(optimizer, ckpt, out_dir):
-    """A resumed run's optimiser state; returns the step to start from (0: a new run)."""
+def precision(dtype, device):
+    """--dtype on this device: (the dtype, the autocast context, the gradient scaler). auto is bfloat16 on a GPU that
+    has it in hardware (compute capability 8.0 and up, or ROCm), float16 on one that does not (a T4, a V100:
+    torch.cuda.is_bf16_supported() also says yes where bfloat16 is only emulated, slowly), float32 (no autocast)
+    elsewhere. float16 trains with a GradScaler: the loss is multiplied by a scale before the backward pass so that
+    small gradients do not underflow in float16, the gradients are divided by it before clipping, and a step whose
+    gradient holds an inf or a nan is skipped and the scale halved (it doubles after 2,000 good steps)."""
+    kind = torch.device(device).type
+    if dtype == "auto" and kind == "cuda":                   # nanoGPT's rule, without emulated bfloat16
+        dtype = "bfloat16" if torch.version.hip or torch.cuda.get_device_capability(device)[0] >= 8 else "float16"
+    dtype = "float32" if dtype == "auto" else dtype
+    autocast = contextlib.nullcontext() if dtype == "float32" else torch.autocast(kind, dtype=getattr(torch, dtype))
+    return dtype, autocast, torch.amp.GradScaler(kind, enabled=dtype == "float16")
+
+
+def restore_optimizer(optimizer, scaler, ckpt, out_dir):
+    """A resumed run's optimiser state, and its gradient scaler's (float16); returns the step to start from (0: a
+    new run)."""
     if ckpt is None:
         return 0
+    if ckpt.get("scaler"):                                   # (a disabled scaler ignores it)
+        scaler.load_state_dict(ckpt["scaler"])
     if len(ckpt["optimizer"]["param_groups"]) != len(optimizer.param_groups):
         raise UsageError(f"{out_dir}/ckpt.pt was written by an older train.py (other optimiser groups); "
                          "start a new run instead of --resume")

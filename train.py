@@ -2,6 +2,7 @@
 Train or evaluate any model of this project on any task, on one GPU or a CPU.
 
     python train.py --model simpletron --task listops              # the CPU preset: minutes on a laptop
+    python train.py @recipes/quickstart.txt --max_iters 2000       # a recipe: the flags in a file, then these
     python train.py --model simpletron --task listops --preset paper --device cuda
     python train.py --model softmax --task ptb --data_dir DIR --n_layer 2   # DIR: ptb.{train,valid,test}.txt
     python train.py --help --model transject --task imdb [--preset paper]   # [the values this run would use]
@@ -40,9 +41,9 @@ import data  # noqa: E402
 import rundir  # noqa: E402
 import simpletron  # noqa: E402
 from config import LISTOPS_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint, machine  # noqa: E402
-from ddp import Distributed, build_every_split, step_seed, unused_parameters  # noqa: E402
-from runsetup import (build_run_model, fit_to_task, load_weights, rescale_batch, restore_optimizer,  # noqa: E402
-                      settings)
+from ddp import Distributed, build_every_split, step_seed, training_model  # noqa: E402
+from runsetup import (build_run_model, fit_to_task, load_weights, precision, rescale_batch,  # noqa: E402
+                      restore_optimizer, settings)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -190,8 +191,9 @@ class Run:
     """What the steps of one run share: its settings, processes, model and optimiser, its folder (rank 0 writes its
     files) and its clock, which counts the run's seconds over all its sessions (--resume)."""
 
-    def __init__(self, args, dist, autocast, model, optimizer, folder, t_start, ckpt):
+    def __init__(self, args, dist, autocast, scaler, model, optimizer, folder, t_start, ckpt):
         self.args, self.dist, self.autocast, self.model, self.optimizer = args, dist, autocast, model, optimizer
+        self.scaler = scaler                                 # float16's GradScaler (disabled otherwise)
         self.folder, self.t_start, self.time_before, self.saved_now = folder, t_start, 0.0, None
         self.gate_start = {name: p.item() for name, p in model.named_parameters() if p.dim() == 0}
         if ckpt is not None:
@@ -205,7 +207,8 @@ class Run:
         """ckpt.pt after step `it` (once a step)."""
         if self.saved_now != it:
             self.folder.checkpoint(it, self.args, self.model, optimizer=self.optimizer.state_dict(),
-                                   gate_start=self.gate_start, world_size=self.dist.world, time=self.seconds())
+                                   scaler=self.scaler.state_dict(), gate_start=self.gate_start,
+                                   world_size=self.dist.world, time=self.seconds())
             self.saved_now = it
 
 
@@ -233,23 +236,11 @@ class Pace:
         return f"eta {t / 60:.1f} min"
 
 
-def training_model(model, train, args, dist, autocast):
-    """What the steps call: the model, compiled by --compile, in DistributedDataParallel under torchrun."""
-    train_model = torch.compile(model) if args.compile else model
-    if dist.on:     # DDP averages the gradients over the processes; told of parameters a step leaves unused
-        x, y = (dist.share(t).to(dist.device)
-                for t in train.sample(args.batch_size * dist.world, np.random.default_rng(0)))
-        unused = dist.sum(len(unused_parameters(model, x, y, autocast)))[0]
-        train_model = torch.nn.parallel.DistributedDataParallel(
-            train_model, device_ids=[torch.cuda.current_device()] if dist.device == "cuda" else None,
-            find_unused_parameters=unused > 0)
-    return train_model
-
-
 def train_step(run, train_model, train, kind, it):
     """Step it + 1: grad_accum micro-batches of the global batch (this process's share of each), then the
-    optimiser, unless the loss or the gradient is not finite (Diverged). Returns (lr, loss, correct, count,
-    tokens): the loss and accuracy over every process's examples, the tokens of this process."""
+    optimiser, unless the loss or the gradient is not finite (Diverged; under float16's scaler a gradient that is
+    not finite skips the step instead). Returns (lr, loss, correct, count, tokens): the loss and accuracy over every
+    process's examples, the tokens of this process."""
     args, dist = run.args, run.dist
     lr = learning_rate(args, it + 1)
     for group in run.optimizer.param_groups:
@@ -269,20 +260,25 @@ def train_step(run, train_model, train, kind, it):
         with contextlib.nullcontext() if last or not dist.on else train_model.no_sync():
             with run.autocast:
                 logits, loss = train_model(x, y)
-            (loss / args.grad_accum).backward()
+            run.scaler.scale(loss / args.grad_accum).backward()   # (float16: times the scale)
         loss_sum += loss.item() / args.grad_accum
         if logits.dim() == 2:
             correct += (logits.argmax(-1) == y).sum().item()
             count += y.numel()
+    run.scaler.unscale_(run.optimizer)                       # float16: the gradients divided by the scale
     # the gradient's norm, clipped to grad_clip (0: not clipped, the norm only: a factor of 1 changes no number)
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), args.grad_clip or math.inf).item()
     if dist.on:                                              # averages over all the processes' examples
         loss_sum, correct, count = dist.sum(loss_sum, correct, count)
         loss_sum /= dist.world
-    for what, value in (("the loss", loss_sum), ("the gradient's norm", grad_norm)):
+    watched = {"the loss": loss_sum, "the gradient's norm": grad_norm}
+    if run.scaler.is_enabled():                              # float16: a gradient that is not finite skips the step
+        del watched["the gradient's norm"]
+    for what, value in watched.items():
         if not math.isfinite(value):                         # the same on every process (summed, all-reduced)
             raise run.folder.diverged(it + 1, f"{what} is {value}", args.grad_clip)
-    run.optimizer.step()
+    run.scaler.step(run.optimizer)                           # float16: skipped if a gradient is inf or nan ...
+    run.scaler.update()                                      # ... and the scale halved
     run.optimizer.zero_grad(set_to_none=True)
     return lr, loss_sum, correct, count, tokens
 
@@ -347,7 +343,8 @@ def train_loop(run, train_model, task, train, start, ctrl_c):
         it, tokens = it + 1, tokens + n_tokens
         t_train += time.time() - t0
         pace.add(time.time() - t0, it <= prefix)
-        record = {"step": it, "loss": loss, "lr": lr, "time": round(run.seconds(), 3)}
+        record = {"step": it, "loss": loss, "lr": lr, "time": round(run.seconds(), 3),
+                  **({"scale": run.scaler.get_scale()} if run.scaler.is_enabled() else {})}   # float16's scale
         run.folder.write({**record, "acc": correct / count} if count else record)
         log_attention_std(it)
         for k, v in (("loss", loss), ("correct", correct), ("count", count), ("steps", 1)):
@@ -419,14 +416,14 @@ def model_line(args, dist, model):
     return f"{args.model} on {args.task} ({where}): {size:.2f}M params, {shape}"
 
 
-def train_session(args, dist, folder, task, model, ckpt, autocast, t_start):
+def train_session(args, dist, folder, task, model, ckpt, autocast, scaler, t_start):
     """Training from step 0 or from the checkpoint's step with its optimiser's state, then the final evaluation;
     Ctrl-C stops it between two steps (Interrupted)."""
     train = task.split("train") if args.n_train is None else task.split("train").subset(args.n_train)
     train_model = training_model(model, train, args, dist, autocast)
     optimizer = make_optimizer(model, args, args.device)
-    start = restore_optimizer(optimizer, ckpt, args.out_dir)
-    run = Run(args, dist, autocast, model, optimizer, folder, t_start, ckpt)
+    start = restore_optimizer(optimizer, scaler, ckpt, args.out_dir)
+    run = Run(args, dist, autocast, scaler, model, optimizer, folder, t_start, ckpt)
     folder.open_log(start if ckpt is not None else None, run.seconds())
     if start < args.max_iters:                               # an older metrics.json would not describe ckpt.pt
         folder.discard("metrics.json")
@@ -460,16 +457,16 @@ def main(argv=None):
         rescale_batch(ckpt, dist, args)                      # resumed on another number of processes
     folder = dist.rank0_first(lambda: rundir.RunDir(args, dist.master))  # one train.py a folder, before any data
     try:
-        autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=dist.device.startswith("cuda"))  # any cuda:N
+        dtype, autocast, scaler = precision(args.dtype, dist.device)
         torch.manual_seed(args.seed)
         task = dist.rank0_first(lambda: open_task(args, config_dict, dist))  # rank 0 first, the others read its cache
         config_dict = fit_to_task(config_dict, task, args.task, source is not None or ckpt is not None, pretrained)
         model = build_run_model(args, config_dict, source, ckpt, pretrained).to(args.device)
-        print(model_line(args, dist, model), flush=True)
+        print(model_line(args, dist, model) + f", {dtype} autocast" * (dtype != "float32"), flush=True)
         if args.time_limit is not None:
             print(f"training stops after {args.time_limit:g} min of wall time (--time_limit)")
         if not args.eval_only:
-            return train_session(args, dist, folder, task, model, ckpt, autocast, t_start)
+            return train_session(args, dist, folder, task, model, ckpt, autocast, scaler, t_start)
         with CtrlC(dist.master) as ctrl_c:
             return final_metrics(model, task, args, dist, autocast, folder, ctrl_c,
                                  {"iters": 0, "seconds": time.time() - t_start})

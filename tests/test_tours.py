@@ -1,0 +1,100 @@
+"""The tours (tours/NAME.py, jupytext's percent format) and their notebooks (tours/NAME.ipynb, built by
+dev/notebooks.py): every tour has its notebook, whose cells are the tour's, each code cell run without an error and
+every figure drawn. Read with the json module and the small percent-format reader below: no jupytext needed.
+Behind the mark `slow` (python -m pytest -m slow tests; .ci/run runs it): each tour runs whole as
+`python tours/NAME.py` from another folder, and each notebook runs whole under nbclient (requirements-dev.txt)."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOURS = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(ROOT, "tours", "*.py")))
+
+
+def percent_cells(text):
+    """The cells of a percent-format script, [(kind, source)]: a cell starts at a line `# %%` (code) or
+    `# %% [markdown]` (markdown: its lines uncommented, "# text" -> "text", "#" -> ""); the blank lines around a
+    cell's text are not part of it."""
+    cells = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("# %%"):
+            cells.append(("markdown" if line.split("%%", 1)[1].strip() == "[markdown]" else "code", []))
+        elif not cells:
+            assert not line.strip(), f"line {number}: text before the first `# %%`"
+        elif cells[-1][0] == "markdown" and line.strip():
+            assert line == "#" or line.startswith("# "), f"line {number}: a markdown line must start with '# '"
+            cells[-1][1].append(line[2:])
+        else:
+            cells[-1][1].append(line)
+    return [(kind, "\n".join(lines).strip("\n")) for kind, lines in cells]
+
+
+def notebook(name):
+    path = os.path.join(ROOT, "tours", f"{name}.ipynb")
+    if not os.path.isfile(path):
+        pytest.fail(f"tours/{name}.ipynb is missing: build it with python dev/notebooks.py tours/{name}.py")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def source(cell):
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def test_the_reader_reads_the_percent_format():
+    text = ("# %% [markdown]\n# # Title\n#\n# $$y = x$$\n\n# %%\nimport os\n\n\nx = 1  # %% not a cell\n\n"
+            "# %% [markdown]\n# text\n# %%\n# a comment\ny = 2\n")
+    assert percent_cells(text) == [("markdown", "# Title\n\n$$y = x$$"), ("code", "import os\n\n\nx = 1  # %% not a cell"),
+                                   ("markdown", "text"), ("code", "# a comment\ny = 2")]
+
+
+def test_there_are_tours():
+    assert "simpletron" in TOURS
+
+
+@pytest.mark.parametrize("name", TOURS)
+def test_a_notebook_holds_its_tours_cells(name):
+    with open(os.path.join(ROOT, "tours", f"{name}.py"), encoding="utf-8") as f:
+        tour = percent_cells(f.read())
+    cells = [(cell["cell_type"], source(cell)) for cell in notebook(name)["cells"]]
+    for i, (ours, theirs) in enumerate(zip(tour, cells)):
+        assert ours == theirs, (f"cell {i + 1} of tours/{name}.ipynb differs from tours/{name}.py: rebuild it with "
+                                f"python dev/notebooks.py tours/{name}.py")
+    assert len(cells) == len(tour), f"tours/{name}.ipynb has {len(cells)} cells, its tour {len(tour)}: rebuild it"
+
+
+@pytest.mark.parametrize("name", TOURS)
+def test_a_notebook_was_run_whole_and_draws_every_figure(name):
+    nb = notebook(name)
+    code = [cell for cell in nb["cells"] if cell["cell_type"] == "code"]
+    assert [cell["execution_count"] for cell in code] == list(range(1, len(code) + 1)), "not run top to bottom"
+    for cell in code:
+        kinds = [out["output_type"] for out in cell["outputs"]]
+        assert "error" not in kinds, source(cell)[:200]
+        if "plt.show()" in source(cell):                     # a figure, as a PNG
+            assert any("image/png" in out.get("data", {}) for out in cell["outputs"]), source(cell)[:200]
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TOURS)
+def test_a_tour_runs_whole_as_a_script_from_another_folder(name, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "tours", f"{name}.py")], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", TOURS)
+def test_a_notebook_runs_whole_under_nbclient(name):
+    nbclient = pytest.importorskip("nbclient", reason="pip install -r requirements-dev.txt")
+    nbformat = pytest.importorskip("nbformat", reason="pip install -r requirements-dev.txt")
+    nb = nbformat.reads(json.dumps(notebook(name)), as_version=4)
+    nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
+                            resources={"metadata": {"path": os.path.join(ROOT, "tours")}}).execute()
