@@ -64,7 +64,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import curves  # noqa: E402
 import data    # noqa: E402
 import tasks   # noqa: E402  (registers every task)
-from config import Parser, UsageError, build_model, check_config, check_value, load_checkpoint  # noqa: E402
+from config import Parser, UsageError, check_value, load_checkpoint, model_of_checkpoint  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -295,14 +295,7 @@ def spread(X):
 def load(path, device="cpu"):
     """(model, checkpoint) of a train.py checkpoint, in eval mode."""
     ckpt = load_checkpoint(path)                            # UsageError if missing, unreadable or not train.py's
-    check_config(ckpt["model_name"], ckpt["config"])       # every value within its limits
-    model = build_model(ckpt["model_name"], ckpt["config"])
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as e:
-        raise UsageError(f"{path}: the weights do not fit the model ({str(e).splitlines()[0]})") from None
-    if not all(w.isfinite().all() for w in model.state_dict().values() if w.is_floating_point()):
-        raise UsageError(f"{path}: a weight is not finite (nan or inf)")
+    model = model_of_checkpoint(ckpt, path)
     return model.to(device).eval(), ckpt
 
 

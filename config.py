@@ -530,3 +530,17 @@ def load_checkpoint(path, need=()):
         raise UsageError(f"{path} is not a train.py checkpoint (it needs {', '.join(keys)}, with a model of: "
                          f"{', '.join(MODELS)})")
     return ckpt
+
+
+def model_of_checkpoint(ckpt, path):
+    """The model of a checkpoint read by load_checkpoint: its config within the limits, its weights fitting the
+    model and finite; otherwise one UsageError naming PATH."""
+    check_config(ckpt["model_name"], ckpt["config"])       # every value within its limits
+    model = build_model(ckpt["model_name"], ckpt["config"])
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise UsageError(f"{path}: the weights do not fit the model ({str(e).splitlines()[0]})") from None
+    if not all(w.isfinite().all() for w in model.state_dict().values() if w.is_floating_point()):
+        raise UsageError(f"{path}: a weight is not finite (nan or inf); use another checkpoint")
+    return model

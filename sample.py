@@ -29,7 +29,7 @@ import torch  # noqa: E402
 
 import data  # noqa: E402
 import tasks  # noqa: E402, F401  (registers every task)
-from config import (Parser, UsageError, build_model, check_config, check_device, check_value, load_checkpoint,  # noqa: E402
+from config import (Parser, UsageError, check_device, check_value, load_checkpoint, model_of_checkpoint,  # noqa: E402
                     pick_device)
 
 WORD_HELP = "PTB is lower case, rare words are <unk> and numbers N"
@@ -81,14 +81,7 @@ def check(args):
     ids = tok.encode(prompt)
     if not ids:
         raise UsageError("--start is empty: give at least one token of text")
-    check_config(ckpt["model_name"], ckpt["config"])       # every value within its limits
-    model = build_model(ckpt["model_name"], ckpt["config"])
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as e:
-        raise UsageError(f"{args.ckpt}: the weights do not fit the model ({str(e).splitlines()[0]})") from None
-    if not all(w.isfinite().all() for w in model.state_dict().values() if w.is_floating_point()):
-        raise UsageError(f"{args.ckpt}: a weight is not finite (nan or inf); sample from another checkpoint")
+    model = model_of_checkpoint(ckpt, args.ckpt)
     device = pick_device(args.device)
     check_memory(args, model.config, len(ids), device)
     return model, tok, ids, device
