@@ -41,17 +41,18 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-IN_NOTEBOOK = "ipykernel" in sys.modules
-if not IN_NOTEBOOK:
-    matplotlib.use("Agg")                    # no display: figures are drawn, plt.show() does nothing
-backend = matplotlib.get_backend()
-import analyze                               # the papers' analyses (it picks Agg for the PNG files it writes ...)
+import analyze                               # the papers' analyses (it selects Agg for the PNG files it writes)
 import data                                  # the data API, and the tasks it knows
 import tasks                                 # noqa: F401 (registers every task with data)
 import train                                 # the project's training program
 import transject                             # the model file this tour reads
 from tasks.listops_rules import listops_baselines
-matplotlib.use(backend)                      # ... so a notebook gets its own back end back
+
+if "ipykernel" in sys.modules:               # a notebook: figures inline (again, after analyze's Agg)
+    from IPython import get_ipython
+    get_ipython().run_line_magic("matplotlib", "inline")
+else:
+    matplotlib.use("Agg")                    # no display: figures are drawn, plt.show() does nothing
 import matplotlib.pyplot as plt
 
 torch.manual_seed(0)
