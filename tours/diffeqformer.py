@@ -397,12 +397,12 @@ loss = np.array([r["loss"] for r in log if "loss" in r])
 smooth = np.convolve(loss, np.ones(50) / 50, mode="valid")     # the mean of 50 steps
 val = [(r["step"], r["val_loss"]) for r in log if "val_loss" in r]
 plt.figure(figsize=(7, 4))
-plt.plot(steps, loss, lw=0.3, alpha=0.5, label="train loss (one batch)")
+plt.plot(steps, loss, lw=0.5, alpha=0.5, label="train loss (one batch)")
 plt.plot(steps[49:], smooth, label="train loss, mean of 50 steps")
 plt.plot(*zip(*val), "o-", label="val loss")
 plt.axhline(math.log(10), color="gray", ls=":", label="ln 10: a uniform guess")
 plt.xlabel("step"); plt.ylabel("cross-entropy (nats)"); plt.title("DiffEqFormer on small ListOps")
-plt.legend(); plt.show()
+plt.legend(loc="lower left"); plt.show()
 print(f"test accuracy {metrics['test_acc']:.1%} on {metrics['n_test']:,} trees "
       f"(the README: majority class 10.4%, the top-level operator rule 16.9%, the top-level digits rule 42.0%)")
 

@@ -17,7 +17,8 @@
 # before and after a layer against the bound of Theorem 2, Lyapunov exponents through a deep stack); a small
 # TransJect trained for about a minute with the project's own `train.py`; exercises.
 #
-# **How long.** About 1.5 minutes top to bottom on a 2-core laptop CPU, most of it the training.
+# **How long.** Under a minute top to bottom (45 s on an idle 2-core CPU, ListOps generated on the first run),
+# most of it the training.
 
 # %%
 # Set-up. On Google Colab: clone your copy of the project (set REPO to its address) and install its requirements.
@@ -63,7 +64,7 @@ if "ipykernel" in sys.modules:               # a notebook: figures inline (again
     from IPython import get_ipython
     get_ipython().run_line_magic("matplotlib", "inline")
 else:
-    matplotlib.use("Agg")                    # no display: figures are drawn, plt.show() does nothing
+    matplotlib.use("Agg")                    # a script: the figures are drawn, not shown
 import matplotlib.pyplot as plt
 
 torch.manual_seed(0)
@@ -520,7 +521,7 @@ plt.show()
 #
 # The project's `train.py`, called in-process: small ListOps (nested `MIN`/`MAX`/`MED`/`SM` expressions of
 # depth 3, 5–20 tokens; 20,000 training trees generated on the first run and cached under `data/`), 2 layers,
-# $d = 64$, 4 experts, learned $\Sigma$, max pooling, 4,000 steps of 32 trees (about 45 seconds on a 2-core
+# $d = 64$, 4 experts, learned $\Sigma$, max pooling, 4,000 steps of 32 trees (about 40 seconds on a 2-core
 # CPU). The run writes `out/tour-transject/` (`--overwrite true` replaces the previous run of this tour).
 #
 # The data are prepared first by `python -m tasks.listops` (nanoGPT's `prepare.py` step), in a process of its
@@ -530,7 +531,9 @@ plt.show()
 # %%
 LISTOPS = ["--listops_depth", "3", "--listops_args", "2,3", "--listops_len", "5,20",
            "--listops_sizes", "20000,1000,1000"]
-subprocess.run([sys.executable, "-m", "tasks.listops", *LISTOPS], check=True)   # once; later runs find data/
+prepared = subprocess.run([sys.executable, "-m", "tasks.listops", *LISTOPS], capture_output=True, text=True)
+print(prepared.stdout + prepared.stderr, end="")   # once; later runs find data/
+prepared.check_returncode()
 OUT = os.path.join("out", "tour-transject")
 train.main(["--model", "transject", "--task", "listops", *LISTOPS, "--max_iters", "4000", "--batch_size", "32",
             "--eval_interval", "500", "--log_interval", "500", "--pool", "max", "--seed", "0",
@@ -683,7 +686,7 @@ plt.show()
 #
 # ## Exercises
 #
-# Each changes one thing; rerun the tour from the cell you changed (or all of it: 1.5 minutes).
+# Each changes one thing; rerun the tour from the cell you changed (or all of it: under a minute).
 #
 # 1. **Random-TransJect.** In section 8 add `"--sigma", "random"` (or `"exact"`) to the training flags. What
 #    happens to the test accuracy? In section 9's spectrum figure, the model's $\Sigma$ is now one trained
