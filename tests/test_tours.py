@@ -54,7 +54,19 @@ def test_the_reader_reads_the_percent_format():
 
 
 def test_there_are_tours():
-    assert "simpletron" in TOURS
+    assert {"simpletron", "transject", "diffeqformer"} <= set(TOURS)
+
+
+def test_every_tour_opens_with_the_same_setup_cell():
+    """The first code cell installs the project on Colab only (elsewhere it finds the project's folder): one cell,
+    word for word the same in every tour, so that a fix reaches them all."""
+    firsts = {}
+    for name in TOURS:
+        with open(os.path.join(ROOT, "tours", f"{name}.py"), encoding="utf-8") as f:
+            firsts[name] = next(text for kind, text in percent_cells(f.read()) if kind == "code")
+    assert len(set(firsts.values())) == 1, f"the tours' first code cells differ: {sorted(firsts)}"
+    first = firsts[TOURS[0]]
+    assert all(part in first for part in ('if "google.colab" in sys.modules:', '"git", "clone"', "requirements.txt"))
 
 
 @pytest.mark.parametrize("name", TOURS)

@@ -22,17 +22,28 @@
 # It runs top to bottom in about a minute on two CPU cores.
 
 # %%
-# On Google Colab: fetch the project and its requirements first. Elsewhere: only find the project's folder.
-import os, subprocess, sys
-REPO_URL = "https://github.com/YOU/THIS-REPOSITORY"    # Colab: the address of your copy of the project
-if "google.colab" in sys.modules and not os.path.isdir("project"):
-    subprocess.run(["git", "clone", "-q", REPO_URL, "project"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", "project/requirements.txt"], check=True)
-ROOT = (os.path.abspath("project") if "google.colab" in sys.modules
-        else os.path.dirname(os.path.dirname(os.path.abspath(__file__))) if "__file__" in globals()
-        else os.path.dirname(os.path.abspath(".")))
-sys.path.insert(0, ROOT)
-os.chdir(ROOT)
+# Set-up. On Google Colab: clone your copy of the project (set REPO to its address) and install its requirements.
+# Anywhere else: find the project's folder (the one that holds train.py) and work from there.
+import os
+import subprocess
+import sys
+
+REPO = "https://github.com/YOUR-NAME/YOUR-COPY.git"      # Colab only: the address of your copy of this project
+if "google.colab" in sys.modules:
+    ROOT = "/content/project"
+    if not os.path.isdir(ROOT):
+        if "YOUR-NAME" in REPO:
+            sys.exit("error: set REPO in this cell to the address of your copy of the project, then run it again")
+        subprocess.run(["git", "clone", "--depth", "1", REPO, ROOT], check=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-r", f"{ROOT}/requirements.txt"], check=True)
+else:
+    ROOT = os.path.dirname(os.path.abspath(__file__)) if "__file__" in globals() else os.getcwd()
+    while not os.path.isfile(os.path.join(ROOT, "train.py")):
+        if os.path.dirname(ROOT) == ROOT:
+            sys.exit("error: open this tour from inside the project (the folder that holds train.py)")
+        ROOT = os.path.dirname(ROOT)
+os.chdir(ROOT)                                            # train.py's out/ and data/ go there
+sys.path.insert(0, ROOT)                                  # before tours/: the model file, not the tour of its name
 
 # %%
 import json
@@ -386,12 +397,12 @@ loss = np.array([r["loss"] for r in log if "loss" in r])
 smooth = np.convolve(loss, np.ones(50) / 50, mode="valid")     # the mean of 50 steps
 val = [(r["step"], r["val_loss"]) for r in log if "val_loss" in r]
 plt.figure(figsize=(7, 4))
-plt.plot(steps, loss, lw=0.3, alpha=0.5, label="train loss (one batch)")
+plt.plot(steps, loss, lw=0.5, alpha=0.5, label="train loss (one batch)")
 plt.plot(steps[49:], smooth, label="train loss, mean of 50 steps")
 plt.plot(*zip(*val), "o-", label="val loss")
 plt.axhline(math.log(10), color="gray", ls=":", label="ln 10: a uniform guess")
 plt.xlabel("step"); plt.ylabel("cross-entropy (nats)"); plt.title("DiffEqFormer on small ListOps")
-plt.legend(); plt.show()
+plt.legend(loc="lower left"); plt.show()
 print(f"test accuracy {metrics['test_acc']:.1%} on {metrics['n_test']:,} trees "
       f"(the README: majority class 10.4%, the top-level operator rule 16.9%, the top-level digits rule 42.0%)")
 

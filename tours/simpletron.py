@@ -37,9 +37,10 @@ else:
             sys.exit("error: open this tour from inside the project (the folder that holds train.py)")
         ROOT = os.path.dirname(ROOT)
 os.chdir(ROOT)                                            # train.py's out/ and data/ go there
-sys.path.insert(0, ROOT)                                  # before tours/: `import simpletron` is the model
+sys.path.insert(0, ROOT)                                  # before tours/: the model file, not the tour of its name
 
-import matplotlib  # noqa: E402
+# %%
+import matplotlib
 if "ipykernel" not in sys.modules and "MPLBACKEND" not in os.environ:
     matplotlib.use("Agg")                                 # a script: the figures are drawn, not shown
 import json  # noqa: E402
@@ -307,7 +308,130 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# ## 5. The block (Fig. 4, Table 1)
+# ## 5. What a d × d state can hold: the recall limit
+#
+# While it generates, causal SimpleTRON keeps nothing but $S_t$ (per head and layer), so whatever it must recall
+# later has to be in that d × d matrix. Store P key–value pairs in it as the causal state does,
+# $S = \sum_{i=1}^{P} k_i^\top v_i$, and read pair i back with its key:
+#
+# $$k_i S = \|k_i\|^2\, v_i + \sum_{j \ne i} (k_i \cdot k_j)\, v_j .$$
+#
+# The first term is the answer, the sum is interference. **The prediction, before the measurement:**
+#
+# - orthonormal keys make every $k_i \cdot k_j$ zero and the read exact, but a d-dimensional space has only d
+#   orthogonal directions: exact recall for **P ≤ d pairs**, no more;
+# - random unit keys overlap, $\mathbb{E}\,(k_i \cdot k_j)^2 = 1/d$, so with random unit values the interference
+#   relative to the answer is $\mathbb{E}\,\|k_i S - v_i\|^2 / \|v_i\|^2 = (P - 1)/d$: as large as the answer
+#   itself at P ≈ d, and growing past it. A noisy read is still right while it lies nearer $v_i$ than any of the
+#   P − 1 other values (each lies about $\sqrt{1/d + P/d^2}$ from it, against 1 for $v_i$): a wider d tolerates
+#   more pairs before the reads fail;
+# - softmax attention keeps all P keys (its KV cache grows with P) and a sharp softmax weighs only the key that
+#   matches best: right for every P.
+#
+# The measurement, with no training: for d = 16, 32, 64 and P = 1 … 4d, 100 draws of P random unit values and P
+# keys (random unit, or orthonormal while P ≤ d). SimpleTRON reads them with `causal_simple_attention` on a
+# sequence of the P pairs followed by P query tokens that write nothing ($k = v = 0$) and ask with $q = k_i$;
+# softmax attention with `softmax_attention`, the queries scaled by 1,000 (a trained $W_Q$ learns such a sharp
+# scale). A read is right when it is nearer $v_i$ than any other stored value (the largest dot product).
+
+# %%
+def unit(x):
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+def simpletron_reads(keys, values):
+    """Store P pairs (B, P, d) in causal SimpleTRON's state, then read each with its key: k_i S_P, (B, P, d)."""
+    B, P, d = keys.shape
+    nothing = torch.zeros_like(keys)
+    q, k, v = (torch.cat(halves, 1)[:, None] for halves in      # (B, 1, 2P, d): P pairs, then P queries
+               ((nothing, keys), (keys, nothing), (values, nothing)))
+    t = torch.arange(P + 1, 2 * P + 1, dtype=keys.dtype)        # the queries' positions
+    return simpletron.causal_simple_attention(q, k, v)[:, 0, P:] * t.sqrt()[:, None]   # undo the 1/sqrt(t)
+
+
+def softmax_reads(keys, values, sharpness=1000.0):
+    """Softmax attention of each key (scaled by `sharpness`) over the P stored pairs: (B, P, d)."""
+    return simpletron.softmax_attention(sharpness * keys[:, None], keys[:, None], values[:, None], None,
+                                        causal=False)[:, 0]
+
+
+def accuracy(reads, values):
+    """The share of reads nearer their own value than any other stored value (largest dot product)."""
+    right = (reads @ values.transpose(1, 2)).argmax(-1) == torch.arange(values.shape[1])
+    return right.double().mean().item()
+
+
+keys, values = unit(torch.randn(2, 5, 4, dtype=torch.float64)), unit(torch.randn(2, 5, 4, dtype=torch.float64))
+S_P = sum(torch.einsum("bi,bj->bij", keys[:, i], values[:, i]) for i in range(5))   # sum of outer products k^T v
+state = torch.zeros(2, 1, 4, 4, dtype=torch.float64)
+for t in range(1, 6):                                     # the file's recurrence writes the same state
+    _, state = simpletron.causal_simple_attention_step(keys[:, None, t - 1:t], keys[:, None, t - 1:t],
+                                                       values[:, None, t - 1:t], state, t)
+assert torch.allclose(state[:, 0], S_P)
+assert torch.allclose(simpletron_reads(keys, values), keys @ S_P)   # the read of pair i is k_i S_P
+
+torch.manual_seed(0)
+DRAWS, recall = 100, {}
+for d_r in (16, 32, 64):
+    for P in [2 ** i for i in range(int(math.log2(4 * d_r)) + 1)]:
+        values, keys = unit(torch.randn(2, DRAWS, P, d_r))           # float32, as a model computes
+        reads = simpletron_reads(keys, values)
+        row = dict(random=accuracy(reads, values), softmax=accuracy(softmax_reads(keys, values), values),
+                   interference=((reads - values).norm(dim=-1) ** 2).mean().item())
+        if P <= d_r:                                      # P orthonormal keys: rows of a random orthogonal matrix
+            ortho = torch.linalg.qr(torch.randn(DRAWS, d_r, d_r)).Q.transpose(1, 2)[:, :P]
+            ortho_reads = simpletron_reads(ortho, values)
+            assert torch.allclose(ortho_reads, values, atol=1e-5)    # exact up to P = d (float32)
+            row["orthogonal"] = accuracy(ortho_reads, values)
+        recall[d_r, P] = row
+
+for d_r in (16, 32, 64):
+    Ps = sorted(P for dd, P in recall if dd == d_r)
+    noise = [recall[d_r, P]["interference"] for P in Ps]
+    assert all(a < b for a, b in zip(noise, noise[1:]))   # interference grows with P ...
+    assert all(abs(recall[d_r, P]["interference"] / ((P - 1) / d_r) - 1) < 0.15 for P in Ps if P >= 4)  # ... as (P-1)/d
+    right = [recall[d_r, P]["random"] for P in Ps]
+    assert all(a >= b for a, b in zip(right, right[1:])) and right[0] == 1.0 > right[-1]   # ... and reads fail
+    assert all(recall[d_r, P]["softmax"] == 1.0 for P in Ps)
+    print(f"d = {d_r}: random keys right " + ", ".join(f"P={P} {recall[d_r, P]['random']:.0%}" for P in Ps)
+          + "; orthonormal keys and softmax 100%")
+
+# %%
+fig, (ax_a, ax_i) = plt.subplots(1, 2, figsize=(12, 4.5))
+for d_r, color in zip((16, 32, 64), ("C0", "C1", "C2")):
+    Ps = sorted(P for dd, P in recall if dd == d_r)
+    ax_a.plot(Ps, [recall[d_r, P]["random"] for P in Ps], "o-", color=color, label=f"d = {d_r}: random keys")
+    ax_a.plot([P for P in Ps if P <= d_r], [recall[d_r, P]["orthogonal"] for P in Ps if P <= d_r], "s",
+              color=color, mfc="none", ms=9, label=f"d = {d_r}: orthonormal keys (P ≤ d only)")
+    ax_a.axvline(d_r, color=color, ls=":", lw=1)
+    ax_i.plot([(P - 1) / d_r for P in Ps[1:]], [recall[d_r, P]["interference"] for P in Ps[1:]], "o", color=color,
+              label=f"d = {d_r}, P = 2 … {Ps[-1]}")
+ax_a.axhline(1.0, color="black", lw=1, label="softmax attention, every d (keeps all P keys)")
+ax_a.set(xlabel="pairs stored P (dotted lines: P = d)", ylabel="share of pairs read back right", ylim=(0, 1.05),
+         title="Recall from one d × d state, no training")
+ax_a.set_xscale("log", base=2)
+ax_a.legend(fontsize=8, loc="lower left")
+ratio = torch.logspace(-2, 0.7, 50)
+ax_i.plot(ratio, ratio, color="black", lw=1, label="predicted: (P − 1)/d")
+ax_i.set(xscale="log", yscale="log", xlabel="(P − 1) / d", ylabel="mean ‖k_i S − v_i‖² / ‖v_i‖²",
+         title="Interference of random keys: measured (dots) and predicted")
+ax_i.legend(fontsize=8, loc="upper left")
+for ax in (ax_a, ax_i):
+    ax.grid(True, which="both", alpha=0.3)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The measurement agrees with the prediction: orthonormal keys read back exactly up to P = d (no more fit), the
+# interference of random keys follows (P − 1)/d for every d, and their reads fail from about P = d for d = 16,
+# later for the wider states, and for every d once P is a few times d. Softmax attention
+# pays with a state that grows with P; SimpleTRON's stays d × d (times heads and layers). A trained model does
+# not pick its keys freely for any text, so its limit lies between the two curves. The recall experiments
+# ([../docs/recall.md](../docs/recall.md)) train SimpleTRON, the GPT, TransJect and DiffEqFormer on multi-query
+# associative recall and plot accuracy against the size of each model's state.
+
+# %% [markdown]
+# ## 6. The block (Fig. 4, Table 1)
 #
 # Around the attention, SimpleTRON keeps the Transformer's post-LN block, with two changes the paper's Table 1
 # compares: no output linear $W_O$ after the heads, and an extra skip, the block's input added again at its
@@ -347,7 +471,7 @@ assert torch.allclose(block(x, None)[0], out)
 print("the res block: written out with its weights, it is simpletron.Block")
 
 # %% [markdown]
-# ## 6. Train it: SimpleTRON beside the softmax Transformer on ListOps (about a minute)
+# ## 7. Train it: SimpleTRON beside the softmax Transformer on ListOps (about a minute)
 #
 # ListOps (Nangia and Bowman, 2018; a task of the Long Range Arena) asks for the value of a nested expression of
 # digits and four operators on lists: MIN, MAX, MED (the median) and SM (the sum modulo 10). For example
