@@ -42,8 +42,11 @@ import rundir  # noqa: E402
 import simpletron  # noqa: E402
 from config import LISTOPS_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint, machine  # noqa: E402
 from ddp import Distributed, build_every_split, step_seed, training_model  # noqa: E402
+from measure import keep_freed_memory  # noqa: E402
 from runsetup import (build_run_model, fit_to_task, load_weights, precision, rescale_batch,  # noqa: E402
                       restore_optimizer, settings)
+
+keep_freed_memory()             # a step's tensors reuse the last step's memory, not pages faulted in afresh
 
 
 # ----------------------------------------------------------------------------------------------

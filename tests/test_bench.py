@@ -37,6 +37,21 @@ def test_flop_count_of_matmuls_and_attention_backward():
         assert flops == 7 * 2 * B * H * L * L * d * frac, causal
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="glibc on Linux")
+def test_train_py_keeps_freed_tensors_for_the_next_step():
+    """measure.keep_freed_memory, as importing train.py sets it: six tensors of 8 MiB made and freed, as a step
+    does, again and again reuse their memory (by default glibc hands it back at once: 12,000 page faults a round)."""
+    code = ("import resource, torch, train\n"
+            "x, faults = torch.randn(2 ** 21), [0]\n"
+            "for i in range(13):\n"
+            "    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)\n"
+            "    ys = [x * 2 for _ in range(6)]\n"
+            "    del ys\n"
+            "print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults[4]) / 10)")   # after 3 warm-ups
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and float(r.stdout) < 20, r.stdout + r.stderr
+
+
 def test_flop_count_of_attention_on_cpu():
     B, H, L, d = 2, 4, 64, 16
     q = torch.randn(B, H, L, d)
@@ -172,8 +187,9 @@ def test_the_loop_runs_the_readmes_commands():
 def test_speed_records(tmp_path):
     out = tmp_path / "speed"
     threads = torch.get_num_threads()
-    bench.main(["--out", str(out), "--models", "simpletron,softmax", "--lengths", "32,64", "--repeats", "1",
-                "--inner", "1", "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--threads", "1"])
+    bench.main(["--out", str(out), "--models", "simpletron,softmax", "--lengths", "32,64", "--repeats", "2",
+                "--inner", "1", "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--threads", "1",
+                "--peak_tflops", "0.5"])
     assert torch.get_num_threads() == threads                 # restored
     records = json.loads((out / "speed.json").read_text())
     keys = {"model", "length", "mode", "ms", "peak_mem_mb", "tokens_per_s", "flops"}
@@ -185,6 +201,34 @@ def test_speed_records(tmp_path):
     nano = [r for r in records if r.get("config") == "nanogpt-cpu"]
     assert [(r["model"], r["length"], r["batch"]) for r in nano] == [("softmax", 64, 12)]
     assert (out / "speed.png").exists() and "| model |" in (out / "speed.md").read_text()
+    summary = json.loads((out / "speed_summary.json").read_text())
+    rate = summary["machine"]["matmul"]
+    assert len(rate["all"]) == 2 and rate["flops_per_s"] == pytest.approx(sum(rate["all"]) / 2)   # once a round
+    for r in main:
+        assert r["matmul_share"] == pytest.approx(r["flops_per_s"] / rate["flops_per_s"])
+        assert r["mfu"] == pytest.approx(r["flops_per_s"] / 0.5e12)
+        g = bench.find(records, "softmax", r["length"], r["mode"])
+        if r["model"] == "simpletron":                      # FLOP/s against softmax's, round by round
+            per_round = [(r["flops"] / a) / (g["flops"] / b) for a, b in zip(r["ms_all"], g["ms_all"])]
+            assert r["base"] == "softmax" and r["flops_vs_base"] == pytest.approx(sum(per_round) / 2)
+        else:
+            assert "base" not in r
+    md = (out / "speed.md").read_text()
+    assert "Sustained float32 matmul rate, measured in this run (20 back-to-back 2048 x 2048" in md
+    assert "| MFU |" in md and "overtakes softmax's" in md
+
+
+def test_the_gpu_tables_lines_in_bfloat16_on_the_cpu(tmp_path):
+    """bench.py --device cuda's path (bfloat16 autocast, the attention alone beside SDPA, the crossover), on the CPU."""
+    bench.main(["--out", str(tmp_path), "--models", "causal_simple_attention,causal_softmax_attention,simpletron",
+                "--lengths", "32,64", "--repeats", "1", "--n_layer", "1", "--n_head", "2", "--n_embd", "16",
+                "--vocab", "32", "--threads", "1", "--dtype", "bfloat16"])
+    records = json.loads((tmp_path / "speed.json").read_text())
+    attention = bench.find(records, "causal_simple_attention", 64, "train")
+    assert attention["base"] == "causal_softmax_attention" and attention["flops"] > 0
+    md = (tmp_path / "speed.md").read_text()
+    assert "bfloat16; wall time" in md and "Sustained bfloat16 matmul rate" in md
+    assert "causal_simple_attention's training step overtakes causal_softmax_attention's" in md
 
 
 # ----------------------------------------------------------------------------------------------

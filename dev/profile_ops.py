@@ -2,7 +2,7 @@
 Where a training step's time goes: PyTorch's profiler over a few steps of each model at each length (the step of
 bench.py: forward, backward, clipping, AdamW), its operators by their own time, with their input shapes.
 
-    python dev/profile.py --models simpletron,transject --lengths 1024,4096 [--rows 25] [--steps 3]
+    python dev/profile_ops.py --models simpletron,transject --lengths 1024,4096 [--rows 25] [--steps 3]
 
 Any other flag is bench.py's (--n_embd, --batch, --head, --dtype, --device ...). Prints each table and writes them
 to OUT/profile.txt (--out, default out/profile).
