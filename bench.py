@@ -3,22 +3,26 @@ Speed and memory benchmark of the models (nanoGPT's bench.py): time, peak memory
 
     python bench.py --out out/analysis --lengths 1024,4096 [--nanogpt /tmp/nanogpt/model.py]
     python bench.py --out out/generate --lengths '' --generate --contexts 256,1024,4096
+    python bench.py --loop [--wall] [--compile]     # train.py's loop on the README's commands; --wall: their parts
+    python bench.py --compile --lengths 1024        # torch.compile: compiling time, speed-up, steps to pay it back
 
 Writes OUT/speed.json (every configuration), OUT/speed_summary.json (the machine, the ratios, the settings),
-OUT/speed.md (a table), OUT/speed.png and, with --generate, OUT/speed_generate.png, and prints the table.
+OUT/speed.md (a table), OUT/speed.png and, with --generate, OUT/speed_generate.png, and prints the table (--loop,
+--wall, --compile: OUT/user.{json,md}).
 
 The training step (forward, backward, gradient clipping, AdamW) and the inference forward of each model at each
-length, measured in interleaved rounds (medians; ratios as medians of per-round ratios); peak memory, tokens/s,
-FLOPs (torch.utils.flop_counter) and FLOP/s; our GPT beside nanoGPT's model.py at nanoGPT's CPU configuration
-(--nanogpt PATH, a file outside this project). --models may also name an attention function alone
-(simple_attention, causal_simple_attention, softmax_attention). On a shared CPU, --threads 1 --clock cpu measures
-CPU time, which other programs disturb far less than wall time.
+length, measured in interleaved rounds (medians; ratios as medians of per-round ratios) beside the machine's
+sustained matmul rate, measured once a round: peak memory, tokens/s, FLOPs (torch.utils.flop_counter), FLOP/s as a
+share of the matmul rate (and MFU on a GPU) and against the baseline's (softmax), where the models overtake it; our
+GPT beside nanoGPT's model.py at nanoGPT's CPU configuration (--nanogpt PATH, a file outside this project).
+--models may also name an attention function alone (simple_attention, causal_simple_attention, softmax_attention,
+causal_softmax_attention). On a shared CPU, --threads 1 --clock cpu measures CPU time, which other programs
+disturb far less than wall time. Lengths and sizes that would not fit in memory or in --max_minutes are refused.
 --generate adds generation: milliseconds per new token after a prompt of each --contexts length (model.prefill,
 untimed, then --new_tokens model.decode steps, timed), and the size of the state the model keeps (SimpleTRON,
 TransJect: fixed; softmax GPT, DiffEqFormer: the KV cache). With --lengths '' generation alone.
 --checkpointing adds each model's training step with Config.checkpointing (every block recomputed in the backward
-pass): its peak memory and time beside the plain step's, and the loss and gradient differences between the two
-(zero: recomputation repeats the same operations).
+pass): its peak memory and time beside the plain step's, and the loss and gradient differences between the two.
 """
 
 import argparse
@@ -48,8 +52,8 @@ from matplotlib.lines import Line2D  # noqa: E402
 import data    # noqa: E402
 import train   # noqa: E402
 from curves import log_ticks  # noqa: E402
-from measure import (count_flops, interleaved_rounds, matmul_rate, md_table, peak_flops, peak_memory,  # noqa: E402
-                     quadratic, rss_mb, step_cost, timed)
+from measure import (count_flops, crossover, interleaved_rounds, matmul_rate, matmul_size, md_table,  # noqa: E402
+                     peak_flops, peak_memory, quadratic, rss_mb, step_cost, timed)
 from config import (MODELS, Parser, UsageError, build_model, check_value, load_checkpoint,  # noqa: E402
                     machine as machine_name, model_module, pick_device)
 
@@ -292,6 +296,11 @@ def time_configs(configs, args, device):
     return times, rates
 
 
+def matmul_summary(rates, device):
+    """The matmul rate of a run: the median of its measurements, each measurement, the products' side."""
+    return {"flops_per_s": statistics.median(rates), "all": rates, "n": matmul_size(device)} if rates else None
+
+
 def speed_records(configs, times, device):
     """One record per configuration: the median time, tokens/s, FLOPs, FLOP/s and peak memory."""
     records = []
@@ -358,25 +367,14 @@ def speed_ratios(records, models, lengths, infer_only):
 
 
 def crossovers(records, lengths):
-    """Where each model's training step overtakes its baseline's (tokens/s, per-round ratios; the lengths between
-    two measured ones by log-log interpolation)."""
+    """Where each model's training step overtakes its baseline's (measure.crossover of the per-round ratios)."""
     out = []
     for base, others in BASELINES:
         for m in others:
             pts = [(L, paired(b, o)) for L in lengths for b, o in [(find(records, base, L, "train"),
                                                                      find(records, m, L, "train"))] if b and o]
-            if len(pts) < 2:
-                continue
-            faster, at = [L for L, r in pts if r >= 1], None
-            if len(faster) in (0, len(pts)):
-                text = f"at {'every' if faster else 'none'} of the lengths measured ({pts[0][0]:,}-{pts[-1][0]:,})"
-            elif faster == [L for L, _ in pts[-len(faster):]]:  # slower below a length, faster from there on
-                (L1, r1), (L2, r2) = pts[-len(faster) - 1:][:2]
-                at = L1 * (L2 / L1) ** (math.log(1 / r1) / math.log(r2 / r1))
-                text = f"between {L1:,} and {L2:,} tokens (about {at:,.0f})"
-            else:
-                text = "at " + ", ".join(f"{L:,}" for L in faster) + " tokens only"
-            out.append({"what": f"{m}'s training step overtakes {base}'s", "text": text, "crossover": at})
+            if len(pts) >= 2:
+                out.append({"what": f"{m}'s training step overtakes {base}'s", **crossover(pts)})
     return out
 
 
@@ -415,7 +413,7 @@ def run(args, device, models, lengths, nano):
           f"{args.repeats} interleaved rounds", flush=True)
     times, rates = time_configs(configs, args, device)
     records = speed_records(configs, times, device)
-    args.matmul = {"flops_per_s": statistics.median(rates), "all": rates} if rates else None
+    args.matmul = matmul_summary(rates, device)
     if records:
         flop_shares(records, args.matmul["flops_per_s"], args.peak)
     ratios = speed_ratios(records, models, lengths, args.infer_only)
@@ -468,38 +466,26 @@ def write_results(args, device, records, ratios):
 
 
 def compile_records(args, device, models, lengths):
-    """--compile: each model's training step eager and under torch.compile (one copy of the same weights each):
-    the first compiled step (compiling), the first at half the length (the recompile for a new shape, as a batch of
-    another length makes), then --repeats interleaved rounds of both; the steady speed-up, and the steps after which
-    the compiling has paid for itself."""
+    """--compile: each model's training step eager and under torch.compile (a copy with the same weights): the first
+    compiled step (compiling) and the first at half the length (the recompile that a batch of another length makes),
+    less the eager steps, then --repeats interleaved rounds of both: the steady speed-up, the steps to pay it back."""
     records, rates = [], []
-    for L in lengths:
-        for m in models:
-            torch.manual_seed(0)
-            eager = speed_model(m, L, args).to(device)
-            twin = speed_model(m, L, args).to(device)
-            twin.load_state_dict(eager.state_dict())
-            compiled = torch.compile(twin)
-            steps = [make_steps(model, args.batch, length, args.vocab, args.head, device, args.dtype)["train"]
-                     for model in (eager, compiled) for length in (L, max(1, L // 2))]
-            first = [timed(step, device) for step in steps]  # eager: warm-up; compiled: compiling
-            ts = [[], []]
-
-            def measure(i):
-                if i == 2:
-                    rates.append(matmul_rate(device, args.dtype, args.clock))
-                else:
-                    ts[i].append(timed(steps[2 * i], device, 1, args.clock))
-            interleaved_rounds(3, args.repeats, measure)
-            eager_ms, compiled_ms = statistics.median(ts[0]), statistics.median(ts[1])
-            compile_s = (first[2] - eager_ms + first[3] - first[1]) / 1000
-            records.append({"model": m, "length": L, "batch": args.batch, "eager_ms": eager_ms,
-                            "compiled_ms": compiled_ms, "speedup": float(np.median(np.array(ts[0]) / np.array(ts[1]))),
-                            "compile_s": compile_s, "first_s": first[2] / 1000, "recompile_s": first[3] / 1000,
-                            "break_even": 1000 * compile_s / (eager_ms - compiled_ms) if eager_ms > compiled_ms
-                            else None})
-            torch._dynamo.reset()                            # the next model compiles afresh
-    args.matmul = {"flops_per_s": statistics.median(rates), "all": rates} if rates else None
+    for L, m in itertools.product(lengths, models):
+        torch.manual_seed(0)
+        eager, twin = speed_model(m, L, args).to(device), speed_model(m, L, args).to(device)
+        twin.load_state_dict(eager.state_dict())
+        steps = [make_steps(model, args.batch, n, args.vocab, args.head, device, args.dtype)["train"]
+                 for model in (eager, torch.compile(twin)) for n in (L, max(1, L // 2))]
+        first, ts = [timed(step, device) for step in steps], [[], []]   # eager: warm-up; compiled: compiling
+        interleaved_rounds(3, args.repeats, lambda i: rates.append(matmul_rate(device, args.dtype, args.clock))
+                           if i == 2 else ts[i].append(timed(steps[2 * i], device, 1, args.clock)))
+        eager_ms, compiled_ms = statistics.median(ts[0]), statistics.median(ts[1])
+        compile_s = (first[2] - eager_ms + first[3] - first[1]) / 1000
+        records.append({"model": m, "length": L, "batch": args.batch, "eager_ms": eager_ms, "compiled_ms": compiled_ms,
+                        "speedup": float(np.median(np.array(ts[0]) / np.array(ts[1]))), "compile_s": compile_s,
+                        "break_even": 1000 * compile_s / (eager_ms - compiled_ms) if eager_ms > compiled_ms else None})
+        torch._dynamo.reset()                                # the next model compiles afresh
+    args.matmul = matmul_summary(rates, device)
     return records
 
 
@@ -605,7 +591,7 @@ def loop_records(args, device):
                         "bare_ms": 1000 * statistics.median(bare_s) / n, "bare_s_all": bare_s,
                         "start_s": statistics.median(start_s), "skipped": skip,
                         "ratio": float(np.median(np.array(bare_s) / np.array(loop_s)))})
-    args.matmul = {"flops_per_s": statistics.median(rates), "all": rates}
+    args.matmul = matmul_summary(rates, device)
     return records
 
 
@@ -768,8 +754,8 @@ def machine_lines(machine):
     lines = [f"Machine: {machine['machine']}, {machine['threads']} torch threads, {machine['dtype']}; {clock}, "
              "medians of interleaved rounds" + (f"; load average at the end {load[0]:.1f}" if load else "") + "."]
     if mm:
-        lines.append(f"Sustained {machine['dtype']} matmul rate, measured in this run (20 back-to-back 2048 x 2048 "
-                     f"products, once a round): {mm['flops_per_s'] / 1e9:,.1f} GFLOP/s (range "
+        lines.append(f"Sustained {machine['dtype']} matmul rate, measured in this run (20 back-to-back {mm['n']} x "
+                     f"{mm['n']} products, once a round): {mm['flops_per_s'] / 1e9:,.1f} GFLOP/s (range "
                      f"{min(mm['all']) / 1e9:,.1f}-{max(mm['all']) / 1e9:,.1f})" +
                      (f"; the card's peak {machine['peak_flops'] / 1e12:,.0f} TFLOP/s (MFU)" if machine["peak_flops"]
                       else "") + ".")
@@ -778,28 +764,23 @@ def machine_lines(machine):
 
 def speed_table(records, ratios, machine):
     mfu = machine.get("peak_flops") is not None
-    lines = machine_lines(machine) + [
-        "| model | config | batch x tokens | mode | ms | tokens/s | peak MiB | GFLOP | GFLOP/s | share of matmul "
-        "| GFLOP/s / baseline's |" + (" MFU |" if mfu else ""), "|---|---|---|---|" + "---:|" * (7 + mfu)]
     gen = [r for r in records if r["mode"] == "generate"]
     records = [r for r in records if r["mode"] != "generate"]
-    if not records:
-        lines = lines[:-2]
-    for r in records:
-        base = f"{r['flops_vs_base']:.2f} ({r['base']})" if "base" in r else ""
-        lines.append(f"| {r['model']} | {r.get('config', 'speed')} | {r['batch']} x {r['length']} | {r['mode']} | "
-                     f"{r['ms']:.1f} | {r['tokens_per_s']:,.0f} | {r['peak_mem_mb']:.0f} | {r['flops'] / 1e9:.2f} | "
-                     f"{r['flops_per_s'] / 1e9:.1f} | {100 * r['matmul_share']:.0f}% | {base} |" +
-                     (f" {100 * r['mfu']:.1f}% |" if mfu else ""))
+    lines = machine_lines(machine) + (md_table(
+        ["model", "config", "batch x tokens", "mode", "ms", "tokens/s", "peak MiB", "GFLOP", "GFLOP/s",
+         "share of matmul", "GFLOP/s / baseline's"] + ["MFU"] * mfu,
+        [[r["model"], r.get("config", "speed"), f"{r['batch']} x {r['length']}", r["mode"], f"{r['ms']:.1f}",
+          f"{r['tokens_per_s']:,.0f}", f"{r['peak_mem_mb']:.0f}", f"{r['flops'] / 1e9:.2f}",
+          f"{r['flops_per_s'] / 1e9:.1f}", f"{100 * r['matmul_share']:.0f}%",
+          f"{r['flops_vs_base']:.2f} ({r['base']})" if "base" in r else ""] +
+         ([f"{100 * r['mfu']:.1f}%"] if mfu else []) for r in records], left=4) if records else [])
     if gen:
-        lines += ["", f"Generation: milliseconds per new token after a prompt of `context` tokens (median over rounds "
-                      f"of the mean of {gen[0]['new_tokens']} decode steps), the prefill of the prompt, and the size of "
-                      "the state kept between tokens.", "",
-                  "| model | batch x context | ms per new token | new tokens/s | prefill ms | state MiB |",
-                  "|---|---|---:|---:|---:|---:|"]
-        for r in gen:
-            lines.append(f"| {r['model']} | {r['batch']} x {r['length']} | {r['ms']:.2f} | {r['tokens_per_s']:,.0f} | "
-                         f"{r['prefill_ms']:.1f} | {r['state_mb']:.2f} |")
+        lines += ["", f"Generation: milliseconds per new token after a prompt of `context` tokens (median over "
+                      f"rounds of the mean of {gen[0]['new_tokens']} decode steps), the prefill of the prompt, and the "
+                      "size of the state kept between tokens.", ""]
+        lines += md_table(["model", "batch x context", "ms per new token", "new tokens/s", "prefill ms", "state MiB"],
+                          [[r["model"], f"{r['batch']} x {r['length']}", f"{r['ms']:.2f}", f"{r['tokens_per_s']:,.0f}",
+                            f"{r['prefill_ms']:.1f}", f"{r['state_mb']:.2f}"] for r in gen], left=2)
     lines.append("")
     for q in ratios:
         where = f" at {q['length']} tokens ({q['mode']})" if "length" in q else ""
@@ -969,15 +950,15 @@ def int_list(flag, text):
 
 def read_lists(args, device):
     """What the flags name, checked: (models, lengths, nanoGPT's model.py or None); args.context_list."""
-    models = [m.strip() for m in args.models.split(",") if m.strip()] if not args.compare_only else []
+    models, choices = [m.strip() for m in args.models.split(",") if m.strip()], ", ".join([*SPEED_MODELS, *ATTENTION])
+    models = models if not args.compare_only else []
     for m in models:
         if m not in SPEED_MODELS and m not in ATTENTION:
-            raise UsageError(f"unknown model {m!r} in --models; choose from {', '.join([*SPEED_MODELS, *ATTENTION])}")
+            raise UsageError(f"unknown model {m!r} in --models; choose from {choices}")
         model_module(SPEED_MODELS[m][0] if m in SPEED_MODELS else "simpletron")  # UsageError if absent
     lengths = int_list("lengths", args.lengths) if not args.compare_only else []
     if not models and not (args.compare_only or args.loop or args.wall):
-        raise UsageError(f"--models {args.models!r} names no model; choose from "
-                         f"{', '.join([*SPEED_MODELS, *ATTENTION])}")
+        raise UsageError(f"--models {args.models!r} names no model; choose from {choices}")
     if not lengths and not (args.compare_only or args.loop or args.wall or args.generate):
         raise UsageError(f"--lengths {args.lengths!r} names no length (only --generate runs without one)")
     args.context_list = int_list("contexts", args.contexts) if args.generate else []
@@ -986,11 +967,10 @@ def read_lists(args, device):
     nano = load_nanogpt(args.nanogpt) if args.nanogpt else None
     if args.clock == "cpu" and device != "cpu":
         raise UsageError("--clock is wall, or cpu (CPU time; on a CPU device only)")
-    args.dtype = torch.bfloat16 if args.dtype == "bfloat16" or args.dtype == "auto" and device.startswith("cuda") \
-        else torch.float32
-    args.peak = args.peak_tflops * 1e12 if args.peak_tflops else \
-        peak_flops(torch.cuda.get_device_name(device)) if device.startswith("cuda") and args.dtype == torch.bfloat16 \
-        else None
+    cuda = device.startswith("cuda")
+    args.dtype = torch.bfloat16 if args.dtype == "bfloat16" or args.dtype == "auto" and cuda else torch.float32
+    args.peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops(torch.cuda.get_device_name(device)) \
+        if cuda and args.dtype == torch.bfloat16 else None
     return models, lengths, nano
 
 
