@@ -315,10 +315,10 @@ def speed_records(configs, times, device):
 
 
 def flop_shares(records, rate, peak):
-    """Each record's FLOP/s as a share of the matmul rate measured in the run (and of the card's peak, when
-    known), and against its baseline's FLOP/s at the same shape (the median of per-round ratios)."""
+    """Each record's FLOP/s as a share of the run's matmul rate (matmul_summary; and of the card's peak, when known),
+    and against its baseline's FLOP/s at the same shape (the median of per-round ratios)."""
     for r in records:
-        r["matmul_share"] = r["flops_per_s"] / rate
+        r["matmul_share"] = r["flops_per_s"] / rate["flops_per_s"]
         if peak:
             r["mfu"] = r["flops_per_s"] / peak
         base = next((b for name, others in BASELINES if r["model"] in others
@@ -345,16 +345,10 @@ BASELINES = (("softmax", ("simpletron", "transject", "diffeqformer")),
 def speed_ratios(records, models, lengths, infer_only):
     """Each model against its baseline at each length, checkpointing against the plain step, and the growth of
     each model's time from the first length to the last."""
-    ratios = []
-    for L in lengths:
-        for mode in ("train", "infer"):
-            for base, others in BASELINES:
-                g = find(records, base, L, mode)
-                for other in others:
-                    o = find(records, other, L, mode)
-                    if g and o:
-                        ratios.append({"what": f"{other} / {base} tokens per second", "length": L, "mode": mode,
-                                       "ratio": paired(g, o)})
+    ratios = [{"what": f"{other} / {base} tokens per second", "length": L, "mode": mode, "ratio": paired(g, o)}
+              for L, mode, (base, others) in itertools.product(lengths, ("train", "infer"), BASELINES)
+              for other in others for g, o in [(find(records, base, L, mode), find(records, other, L, mode))]
+              if g and o]
     ratios += checkpointing_ratios(records, models, lengths) + crossovers(records, lengths)
     if len(lengths) >= 2:
         mode = "infer" if infer_only else "train"
@@ -414,8 +408,7 @@ def run(args, device, models, lengths, nano):
     times, rates = time_configs(configs, args, device)
     records = speed_records(configs, times, device)
     args.matmul = matmul_summary(rates, device)
-    if records:
-        flop_shares(records, args.matmul["flops_per_s"], args.peak)
+    flop_shares(records, args.matmul, args.peak)
     ratios = speed_ratios(records, models, lengths, args.infer_only)
     if args.generate:
         gen_records, gen_ratios = speed_generate(args, device, [m for m in models if m in MODELS])
@@ -518,10 +511,12 @@ def run_train(run, extra, out_dir, args, stop_at=None):
             lines.append((time.perf_counter() - t0, line.rstrip("\n")))
             if stop_at and line.startswith(f"step {stop_at}/"):
                 p.send_signal(signal.SIGINT)
+        _, status, usage = os.wait4(p.pid, 0)                # its exit status and peak memory
+        p.returncode = os.waitstatus_to_exitcode(status)
     if p.returncode != (130 if stop_at else 0):
         raise UsageError(f"train.py {USER_RUNS[run]} {extra} stopped with exit status {p.returncode}: "
                          f"{lines[-1][1] if lines else 'no output'}")
-    return lines + [(time.perf_counter() - t0, "(exit)")]
+    return lines + [(time.perf_counter() - t0, f"(exit; peak RSS {usage.ru_maxrss} kB)")]
 
 
 def log_records(out_dir):
@@ -613,6 +608,7 @@ def wall_split(args, device):
             last = offset + steps[max(steps)]
             in_training = sum(evals[s] - steps[s] for s in evals if s < max(steps))
             records.append({"what": run, "command": f"python train.py {USER_RUNS[run]}", "wall": lines[-1][0],
+                            "peak_rss_kb": int(lines[-1][1].split()[-2]),
                             "phases": {"start-up (Python, torch, the flags)": at["data"] or at["model"],
                                        "data generation and loading": at["model"] - (at["data"] or at["model"]),
                                        "training steps": last - at["model"] - in_training,
@@ -644,7 +640,8 @@ def user_tables(loops, walls, compiled, machine):
                          f" (the run: {r['run_steps']:,} steps)")
         lines.append("")
     for r in walls:
-        lines += [f"`{r['command']}` from an empty cache: {r['wall']:.1f} s of wall time", ""]
+        lines += [f"`{r['command']}` from an empty cache: {r['wall']:.1f} s of wall time, peak RSS "
+                  f"{r['peak_rss_kb']:,} kB", ""]
         lines += md_table(["part", "seconds", "share"], [[k, f"{v:.1f}", f"{100 * v / r['wall']:.1f}%"]
                                                          for k, v in r["phases"].items()]) + [""]
     if compiled:
@@ -662,7 +659,7 @@ def run_user(args, device, models, lengths):
     """--loop, --wall, --compile: their records and tables, OUT/user.{json,md}."""
     loops = loop_records(args, device) if args.loop else []
     walls = wall_split(args, device) if args.wall else []
-    compiled = compile_records(args, device, models, lengths) if args.compile else []
+    compiled = compile_records(args, device, models, lengths) if args.compile and not args.loop else []
     machine = machine_of(device, args)
     path = write_json(args.out, "user", {"machine": machine, "loop": loops, "wall": walls, "compile": compiled,
                                          "settings": vars(args)})
@@ -912,7 +909,8 @@ def parse(argv):
     p.add_argument("--checkpointing", action="store_true", help="also each model's training step with activation "
                    "checkpointing (Config.checkpointing): peak memory, time, loss and gradient differences")
     p.add_argument("--compile", action="store_true", help="instead: each model's training step eager and under "
-                   "torch.compile: compiling time, steady speed-up, the steps to pay it back (OUT/user.md)")
+                   "torch.compile: compiling time, steady speed-up, the steps to pay it back (OUT/user.md); with "
+                   "--loop: train.py --compile true beside train.py")
     p.add_argument("--loop", action="store_true", help="instead: train.py's loop on the README's quickstart and main "
                    "command beside the bare step on the same batches (OUT/user.md; data from --cache_dir)")
     p.add_argument("--wall", action="store_true", help="instead (with --loop: too): the README's two commands in "
@@ -928,8 +926,9 @@ def check(args):
     """Every flag, before any work: one line naming the flag, its value and what is allowed."""
     for name, value in vars(args).items():
         check_value(name, value)
-    if args.peak_tflops is not None and not args.peak_tflops > 0:
-        raise UsageError(f"--peak_tflops {args.peak_tflops}: allowed is a number > 0 (the card's peak, TFLOP/s)")
+    for flag in ("peak_tflops", "max_minutes"):
+        if getattr(args, flag) is not None and not getattr(args, flag) > 0:
+            raise UsageError(f"--{flag} {getattr(args, flag)}: allowed is a number > 0")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {args.device}: no CUDA device here; use --device cpu (or auto)")
     if args.device == "mps" and not torch.backends.mps.is_available():
@@ -982,7 +981,7 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        check_sizes(args, device, models, lengths if not (args.loop or args.wall) or args.compile else [])
+        check_sizes(args, device, models, lengths if not (args.loop or args.wall) else [])
         os.makedirs(args.out, exist_ok=True)
         if args.loop or args.wall or args.compile:
             run_user(args, device, models, lengths)

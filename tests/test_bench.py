@@ -140,7 +140,8 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
     (["--lengths", "1000000000"], "--lengths 1,000,000,000: simpletron's training step there needs about"),
     (["--lengths", "20000", "--models", "softmax_naive"], "softmax_naive's training step"),
     (["--lengths", "4096", "--max_minutes", "0.0001"], "this benchmark would take about"),
-    (["--peak_tflops", "-1"], "--peak_tflops -1.0: allowed is a number > 0")])
+    (["--peak_tflops", "-1"], "--peak_tflops -1.0: allowed is a number > 0"),
+    (["--max_minutes", "0"], "--max_minutes 0.0: allowed is a number > 0")])
 def test_nothing_runs_on_an_empty_list_or_a_size_beyond_the_machine(argv, words, tmp_path):
     with pytest.raises(bench.UsageError) as e:
         bench.main([*argv, "--out", str(tmp_path / "out")])
@@ -289,6 +290,7 @@ def test_loop_and_wall_time_of_a_tiny_run(tmp_path, monkeypatch):
     (wall,) = result["wall"]
     phases = wall["phases"]
     assert sum(phases.values()) == pytest.approx(wall["wall"]) and all(v >= 0 for v in phases.values())
+    assert 100_000 < wall["peak_rss_kb"] < 10_000_000                       # torch alone takes 100 MB
     assert phases["data generation and loading"] > 0 and phases["training steps"] > 0
     assert phases["evaluations during training (val, ckpt.pt, loss.png)"] > 0      # the evaluation at step 20
     md = (out / "user.md").read_text()
