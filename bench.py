@@ -486,10 +486,8 @@ def compile_records(args, device, models, lengths):
 # --loop and --wall: the user's path. train.py's own loop beside the bare step of the same model on the same
 # batches; the wall time of the README's commands, split into its parts
 
-# the README's quickstart and main command (train.py's flags; tests/test_bench.py holds them to the README)
-USER_RUNS = {"quickstart": "--model simpletron --task listops --listops_depth 3 --listops_args 2,3 --listops_len 5,20 "
-                           "--listops_sizes 20000,1000,1000 --max_iters 1000 --batch_size 32 --eval_interval 500",
-             "main": "--model simpletron --task listops"}
+# the README's quickstart (its recipe) and main command (tests/test_bench.py holds them to the README)
+USER_RUNS = {"quickstart": "@recipes/quickstart.txt", "main": "--model simpletron --task listops"}
 RUN_STEPS = {"quickstart": 1000, "main": 1500}               # their --max_iters (the main command's: its preset's)
 # what --loop times: (name, the run, its flags on top, steps left out first, steps timed; together a multiple of
 # the log interval, 10, whose progress line tells when to stop it)
@@ -502,7 +500,8 @@ def run_train(run, extra, out_dir, args, stop_at=None):
     """`python train.py` with a README command's flags, in a process of its own as a user runs it: its stdout lines,
     each with the seconds since the start when it came. stop_at: Ctrl-C once the progress line of that step is out
     (train.py stops after the step, writes ckpt.pt and log.jsonl, exit 130)."""
-    argv = [sys.executable, os.path.join(ROOT, "train.py"), *USER_RUNS[run].split(), *extra.split(),
+    flags = [f"@{ROOT}/{f[1:]}" if f.startswith("@") else f for f in USER_RUNS[run].split()]   # the recipe here
+    argv = [sys.executable, os.path.join(ROOT, "train.py"), *flags, *extra.split(),
             "--out_dir", out_dir, "--cache_dir", args.cache_dir, "--device", args.device]
     t0, lines = time.perf_counter(), []
     with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
