@@ -127,7 +127,8 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
              ("--nanogpt", os.path.join(ROOT, "simpletron.py")),     # inside the project
              ("--head", "both"),
              ("--generate", "--contexts", "8,x"),
-             ("--bogus", "1")]
+             ("--bogus", "1"),
+             *[("--device", "cuda"), ("--device", "cuda:0", "--loop")] * (not torch.cuda.is_available())]
     for argv in cases:
         with pytest.raises(bench.UsageError) as e:
             bench.main([*map(str, argv), "--out", str(tmp_path)])
