@@ -54,6 +54,7 @@ import train   # noqa: E402
 from curves import log_ticks  # noqa: E402
 from measure import (count_flops, crossover, interleaved_rounds, matmul_rate, matmul_size, md_table,  # noqa: E402
                      peak_flops, peak_memory, quadratic, rss_mb, step_cost, timed)
+from runsetup import precision  # noqa: E402
 from config import (MODELS, Parser, UsageError, build_model, check_value, load_checkpoint,  # noqa: E402
                     machine as machine_name, model_module, pick_device)
 
@@ -540,17 +541,20 @@ def bare_steps(out_dir, first, last, device):
     torch.manual_seed(a.seed)                                # train.py's first weights
     model = build_model(ckpt["model_name"], ckpt["config"]).to(device)
     opt = train.make_optimizer(model, a, device)
+    _, autocast_, scaler = precision(getattr(a, "dtype", "auto"), device)   # train.py's --dtype (float16: scaled)
 
     def steps():                                             # the losses, read as train.py reads them
         losses = []
         for it, (x, y) in enumerate(batches, first):
             for group in opt.param_groups:                   # train.py's learning-rate schedule
                 group["lr"] = train.learning_rate(a, it + 1) * group["lr_scale"]
-            with autocast(device, torch.bfloat16 if device.startswith("cuda") else torch.float32):
+            with autocast_:
                 _, loss = model(x.to(device), y.to(device))
-            loss.backward()
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
             torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip or math.inf)
-            opt.step()
+            scaler.step(opt)
+            scaler.update()
             opt.zero_grad(set_to_none=True)
             losses.append(loss.item())
         return losses

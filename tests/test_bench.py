@@ -266,11 +266,13 @@ TINY_RUN = ("--model simpletron --task listops --listops_depth 2 --listops_args 
             "--eval_interval 20 --eval_iters 2 --short_steps 10 --short_len 4")
 
 
-def test_bare_steps_train_on_train_pys_batches(tmp_path):
-    """From train.py's first weights, at its learning rates, on the batches it drew: the same losses it logged
-    (prefix steps included), so the bare step times the same work."""
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_bare_steps_train_on_train_pys_batches(tmp_path, dtype):
+    """From train.py's first weights, at its learning rates, on the batches it drew, in its --dtype (float16: with
+    its gradient scaler): the same losses it logged (prefix steps included), so the bare step times the same work."""
     out = tmp_path / "run"
-    train.main([*TINY_RUN.split(), "--max_iters", "14", "--out_dir", str(out), "--cache_dir", str(tmp_path / "d")])
+    train.main([*TINY_RUN.split(), "--max_iters", "14", "--out_dir", str(out), "--cache_dir", str(tmp_path / "d"),
+                "--dtype", dtype])
     steps, tokens = bench.bare_steps(str(out), 0, 14, "cpu")
     logged = bench.log_records(str(out))[0]
     assert steps() == pytest.approx([r["loss"] for r in map(json.loads, open(out / "log.jsonl")) if "loss" in r],
