@@ -3,42 +3,46 @@ Speed and memory benchmark of the models (nanoGPT's bench.py): time, peak memory
 
     python bench.py --out out/analysis --lengths 1024,4096 [--nanogpt /tmp/nanogpt/model.py]
     python bench.py --out out/generate --lengths '' --generate --contexts 256,1024,4096
+    python bench.py --loop [--wall] [--compile]     # train.py's loop on the README's commands; --wall: their parts
+    python bench.py --compile --lengths 1024        # torch.compile: compiling time, speed-up, steps to pay it back
 
 Writes OUT/speed.json (every configuration), OUT/speed_summary.json (the machine, the ratios, the settings),
-OUT/speed.md (a table), OUT/speed.png and, with --generate, OUT/speed_generate.png, and prints the table.
+OUT/speed.md (a table), OUT/speed.png and, with --generate, OUT/speed_generate.png, and prints the table (--loop,
+--wall, --compile: OUT/user.{json,md}).
 
 The training step (forward, backward, gradient clipping, AdamW) and the inference forward of each model at each
-length, measured in interleaved rounds (medians; ratios as medians of per-round ratios); peak memory, tokens/s,
-FLOPs (torch.utils.flop_counter) and FLOP/s; our GPT beside nanoGPT's model.py at nanoGPT's CPU configuration
-(--nanogpt PATH, a file outside this project). --models may also name an attention function alone
-(simple_attention, causal_simple_attention, softmax_attention). On a shared CPU, --threads 1 --clock cpu measures
-CPU time, which other programs disturb far less than wall time.
+length, measured in interleaved rounds (medians; ratios as medians of per-round ratios) beside the machine's
+sustained matmul rate, measured once a round: peak memory, tokens/s, FLOPs (torch.utils.flop_counter), FLOP/s as a
+share of the matmul rate (and MFU on a GPU) and against the baseline's (softmax), where the models overtake it; our
+GPT beside nanoGPT's model.py at nanoGPT's CPU configuration (--nanogpt PATH, a file outside this project).
+--models may also name an attention function alone (simple_attention, causal_simple_attention, softmax_attention,
+causal_softmax_attention). On a shared CPU, --threads 1 --clock cpu measures CPU time, which other programs
+disturb far less than wall time. Lengths and sizes that would not fit in memory or in --max_minutes are refused.
 --generate adds generation: milliseconds per new token after a prompt of each --contexts length (model.prefill,
 untimed, then --new_tokens model.decode steps, timed), and the size of the state the model keeps (SimpleTRON,
 TransJect: fixed; softmax GPT, DiffEqFormer: the KV cache). With --lengths '' generation alone.
 --checkpointing adds each model's training step with Config.checkpointing (every block recomputed in the backward
-pass): its peak memory and time beside the plain step's, and the loss and gradient differences between the two
-(zero: recomputation repeats the same operations).
+pass): its peak memory and time beside the plain step's, and the loss and gradient differences between the two.
 """
 
 import argparse
 import contextlib
-import ctypes
 import dataclasses
-import gc
+import itertools
 import importlib.util
 import json
 import math
 import os
-import platform
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 import types
 
 import numpy as np
 import torch
-from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 import matplotlib
 matplotlib.use("Agg")
@@ -48,109 +52,13 @@ from matplotlib.lines import Line2D  # noqa: E402
 import data    # noqa: E402
 import train   # noqa: E402
 from curves import log_ticks  # noqa: E402
-from config import (MODELS, Parser, UsageError, build_model, check_value, model_module,  # noqa: E402
-                    pick_device)
+from measure import (count_flops, crossover, interleaved_rounds, matmul_rate, matmul_size, md_table,  # noqa: E402
+                     peak_flops, peak_memory, quadratic, rss_mb, step_cost, timed)
+from runsetup import precision  # noqa: E402
+from config import (MODELS, Parser, UsageError, build_model, check_value, load_checkpoint,  # noqa: E402
+                    machine as machine_name, model_module, pick_device)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-
-
-# ----------------------------------------------------------------------------------------------
-# Measuring: time, peak memory, FLOPs
-
-def synchronize(device):
-    """Wait for the work queued on a GPU, so that a time or a memory peak covers all of it (CPU: nothing queued)."""
-    kind = torch.device(device).type
-    if kind == "cuda":
-        torch.cuda.synchronize(device)
-    elif kind == "mps":
-        torch.mps.synchronize()
-
-
-def timed(fn, device, n=1, clock="wall"):
-    """Milliseconds per call of fn, over n calls. clock "wall": elapsed time (a GPU: synchronised);
-    "cpu": CPU time of this process (with one thread: the time on a core of its own, whatever else runs)."""
-    now = time.process_time if clock == "cpu" else time.perf_counter
-    synchronize(device)
-    t0 = now()
-    for _ in range(n):
-        fn()
-    synchronize(device)
-    return (now() - t0) * 1000 / n
-
-
-def trim_heap():
-    """Hand the heap's free memory back to the system (glibc's malloc_trim). Without it, a step that allocates
-    what the last one freed reuses pages that are already resident, and its peak goes unseen (a step of 30 MiB
-    measured 10, 10, 0 and 20 MiB in a row; with it 30 each time)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):                        # not glibc: nothing to hand back this way
-        pass
-
-
-def rss_mb(field):
-    """VmRSS (resident now) or VmHWM (the peak since the last reset) of this process, in MiB (Linux)."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
-
-
-def peak_memory(fn, device):
-    """MiB that fn() needs at its peak above what was in use just before it.
-    CUDA: torch.cuda.max_memory_allocated (tensors). CPU (Linux): the peak resident set size of the process
-    (VmHWM) minus the resident size before. MPS keeps no peak: nan."""
-    kind = torch.device(device).type
-    if kind == "cuda":
-        synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-        fn()
-        synchronize(device)
-        return (torch.cuda.max_memory_allocated(device) - base) / 2 ** 20
-    if kind != "cpu":
-        return float("nan")
-    gc.collect()
-    trim_heap()
-    try:
-        with open("/proc/self/clear_refs", "w") as f:      # "5": the peak VmHWM starts again from the size now
-            f.write("5")
-        base = rss_mb("VmRSS")
-        fn()
-        return rss_mb("VmHWM") - base
-    except OSError:
-        return float("nan")                                 # not Linux: no cheap peak RSS
-
-
-def causal_share(flops, q, is_causal):
-    """A causal kernel computes the scores on and below the diagonal only: (L + 1) / 2L of the L x L."""
-    L = q.shape[-2]
-    return flops * (L + 1) / (2 * L) if is_causal else flops
-
-
-def cpu_attention_flops(q, k, v, dropout_p=0.0, is_causal=False, *args, out_val=None, **kwargs):
-    return causal_share(sdpa_flop_count(q.shape, k.shape, v.shape), q, is_causal)
-
-
-def cpu_attention_backward_flops(grad_out, q, k, v, out, logsumexp, dropout_p, is_causal=False, *args, out_val=None,
-                                 **kwargs):
-    return causal_share(sdpa_backward_flop_count(grad_out.shape, q.shape, k.shape, v.shape), q, is_causal)
-
-
-cpu_attention_flops._get_raw = cpu_attention_backward_flops._get_raw = True   # the counter passes the arguments
-
-
-def count_flops(fn):
-    """Floating-point operations of fn() by torch.utils.flop_counter (matrix products and attention; the
-    CPU attention kernel, which the counter does not know, is registered here)."""
-    aten = torch.ops.aten
-    custom = {aten._scaled_dot_product_flash_attention_for_cpu: cpu_attention_flops,
-              aten._scaled_dot_product_flash_attention_for_cpu_backward: cpu_attention_backward_flops} \
-        if hasattr(aten, "_scaled_dot_product_flash_attention_for_cpu") else {}
-    with FlopCounterMode(display=False, custom_mapping=custom) as counter:
-        fn()
-    return counter.get_total_flops()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -177,7 +85,13 @@ def speed_model(name, length, args, **extra):
 # --models may also name one attention alone (simpletron.py's functions): q, k, v (batch, n_head, length, d)
 ATTENTION = {"simple_attention": lambda m, q, k, v, mask: m.simple_attention(q, k, v, mask),
              "causal_simple_attention": lambda m, q, k, v, mask: m.causal_simple_attention(q, k, v),
-             "softmax_attention": lambda m, q, k, v, mask: m.softmax_attention(q, k, v, mask, causal=False)}
+             "softmax_attention": lambda m, q, k, v, mask: m.softmax_attention(q, k, v, mask, causal=False),
+             "causal_softmax_attention": lambda m, q, k, v, mask: m.softmax_attention(q, k, v, None, causal=True)}
+
+
+def autocast(device, dtype):
+    """bfloat16: the forward under autocast, as train.py runs on CUDA; float32: as it is."""
+    return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=dtype == torch.bfloat16)
 
 
 def attention_steps(name, batch, length, args, device):
@@ -189,11 +103,13 @@ def attention_steps(name, batch, length, args, device):
     mask = torch.ones(batch, length, dtype=torch.bool, device=device)
 
     def train_step():
-        ATTENTION[name](module, q, k, v, mask).sum().backward()
+        with autocast(device, args.dtype):
+            y = ATTENTION[name](module, q, k, v, mask)
+        y.float().sum().backward()
         q.grad = k.grad = v.grad = None
 
     def infer_step():
-        with torch.no_grad():
+        with torch.no_grad(), autocast(device, args.dtype):
             ATTENTION[name](module, q, k, v, mask)
     return {"train": train_step, "infer": infer_step, "flops_train": train_step}
 
@@ -207,32 +123,30 @@ def random_batch(batch, length, vocab, head, device, seed):
     return x, y
 
 
-def make_steps(model, batch, length, vocab, head, device):
-    """(train_step, infer_step) closures on a fixed random batch."""
+def make_steps(model, batch, length, vocab, head, device, dtype=torch.float32):
+    """(train_step, infer_step) closures on a fixed random batch; the forward in `dtype` (autocast)."""
     x, y = random_batch(batch, length, vocab, head, device, seed=0)
     # train.py's AdamW (decay on matrices and embeddings only: nanoGPT's groups too), nanoGPT's CPU betas
     opt = train.make_optimizer(model, types.SimpleNamespace(weight_decay=0.1, lr=1e-3, beta1=0.9, beta2=0.99,
                                                             eps=1e-8, gate_lr_scale=30.0), device)
 
-    def train_step():
+    def forward_backward():                                  # what the FLOP counter sees of a train step
         model.train()
-        _, loss = model(x, y)
+        with autocast(device, dtype):
+            _, loss = model(x, y)
         loss.backward()
+
+    def train_step():
+        forward_backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
     def infer_step():
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), autocast(device, dtype):
             model(x)
-
-    def forward_backward():                                  # what the FLOP counter sees of a train step
-        model.train()
-        _, loss = model(x, y)
-        loss.backward()
-        opt.zero_grad(set_to_none=True)
-    return {"train": train_step, "infer": infer_step, "flops_train": forward_backward}
+    return {"train": train_step, "infer": infer_step, "flops_train": lambda: (forward_backward(), opt.zero_grad())}
 
 
 def checkpointing_difference(model, recomputing, batch, length, vocab, head, device):
@@ -284,7 +198,7 @@ def length_configs(args, device, models, lengths):
                 steps, params = attention_steps(m, args.batch, L, args, device), 0
             else:
                 model = speed_model(m, L, args).to(device)
-                steps = make_steps(model, args.batch, L, args.vocab, args.head, device)
+                steps = make_steps(model, args.batch, L, args.vocab, args.head, device, args.dtype)
                 params = sum(p.numel() for p in model.parameters())
             for mode in ("infer",) if args.infer_only else ("train", "infer"):
                 configs.append(({"model": m, "length": L, "mode": mode, "batch": args.batch, "params": params},
@@ -302,7 +216,7 @@ def checkpointing_config(model, name, length, params, args, device):
     loss_diff, grad_diff = checkpointing_difference(model, ck, args.batch, length, args.vocab, args.head, device)
     return ({"model": name, "length": length, "mode": "train", "batch": args.batch, "params": params,
              "config": "checkpointing", "loss_diff": loss_diff, "grad_diff": grad_diff},
-            make_steps(ck, args.batch, length, args.vocab, args.head, device), "train")
+            make_steps(ck, args.batch, length, args.vocab, args.head, device, args.dtype), "train")
 
 
 def nanogpt_configs(args, device, lengths, nano):
@@ -322,34 +236,70 @@ def nanogpt_configs(args, device, lengths, nano):
         pair.append(("nanogpt", theirs.to(device)))
     return [({"model": name, "length": c["block_size"], "mode": "train", "batch": c["batch"], "config": "nanogpt-cpu",
               "params": sum(p.numel() for p in model.parameters())},
-             make_steps(model, c["batch"], c["block_size"], c["vocab"], "lm", device), "train")
+             make_steps(model, c["batch"], c["block_size"], c["vocab"], "lm", device, args.dtype), "train")
             for name, model in pair]
 
 
-def interleaved_rounds(n, repeats, measure):
-    """measure(i) for every configuration i once per round, in reverse order every other round: a slow spell of
-    the machine (another program, a clock change) falls on every configuration alike."""
-    for r in range(repeats):
-        order = list(range(n))
-        if r % 2:
-            order.reverse()
-        for i in order:
-            measure(i)
-        print(f"  round {r + 1}/{repeats} done", flush=True)
+def training_cost(name, length, args, device):
+    """(FLOPs, bytes) of one training step of `name` at a short `length` (measure.step_cost)."""
+    if name in ATTENTION:
+        return step_cost(attention_steps(name, args.batch, length, args, device)["flops_train"])
+    model = speed_model(name, length, args).to(device)
+    steps = make_steps(model, args.batch, length, args.vocab, args.head, device, args.dtype)
+    return step_cost(steps["flops_train"], list(model.parameters()))
+
+
+def check_sizes(args, device, models, lengths):
+    """Before any work, one line if the benchmark cannot run: the largest training step's memory, from step_cost at
+    three short lengths (a + b L + c L^2), against the memory free here, and the whole benchmark's FLOPs at this
+    machine's matmul rate against --max_minutes."""
+    lengths = sorted({*lengths, *getattr(args, "context_list", [])})
+    if not lengths or not models:
+        return
+    kind = torch.device(device).type
+    free = (torch.cuda.mem_get_info(device)[0] if kind == "cuda" else
+            rss_mb("MemAvailable", "/proc/meminfo") * 2 ** 20 if kind == "cpu" else math.nan)
+    runs = (args.repeats + 3) * (1 if args.infer_only else 2)   # timed, warm-up, FLOP count, peak memory
+    matmul_rate(device, args.dtype, "wall", n=1024, count=1)   # warm-up
+    seconds, rate = 0.0, matmul_rate(device, args.dtype, "wall", n=1024, count=4)
+    for m in models:
+        (f1, m1), (f2, m2), (f4, m4) = (training_cost(m, n, args, device) for n in (128, 256, 512))
+        flops, memory = quadratic(128, f1, f2, f4), quadratic(128, m1, m2, m4)
+        seconds += runs * sum(flops(n) for n in lengths) / rate
+        need = memory(lengths[-1])
+        if need > free:
+            fits = [2 ** k for k in range(6, 40) if memory(2 ** k) <= free]
+            raise UsageError(f"--lengths {lengths[-1]:,}: {m}'s training step there needs about "
+                             f"{need / 2 ** 30:,.0f} GiB and {free / 2 ** 30:,.0f} GiB are free here: use lengths "
+                             f"up to about {fits[-1] if fits else 0:,} (or a smaller --batch or model)")
+    if seconds > 60 * args.max_minutes:
+        raise UsageError(f"this benchmark would take about {seconds / 60:,.0f} minutes here (--max_minutes "
+                         f"{args.max_minutes:g}): use shorter --lengths, fewer --models or --repeats")
 
 
 def time_configs(configs, args, device):
-    """Milliseconds of each configuration in each round (nanoGPT's configuration: the mean of --inner steps)."""
+    """Milliseconds of each configuration in each round (nanoGPT's configuration: the mean of --inner steps), and
+    the machine's matrix-product rate (FLOP/s) measured once a round among them."""
     for _, steps, mode in configs:                           # warm-up (allocations, AdamW state)
         steps[mode]()
-    times = [[] for _ in configs]
+    times, rates = [[] for _ in configs], []
 
     def measure(i):
+        if i == len(configs):
+            rates.append(matmul_rate(device, args.dtype, args.clock))
+            return
         rec, steps, mode = configs[i]
         n = args.inner if rec.get("config") == "nanogpt-cpu" else 1
         times[i].append(timed(steps[mode], device, n, args.clock))
-    interleaved_rounds(len(configs), args.repeats if configs else 0, measure)
-    return times
+    if configs:
+        matmul_rate(device, args.dtype, args.clock, count=2)  # warm-up
+    interleaved_rounds(len(configs) + 1, args.repeats if configs else 0, measure)
+    return times, rates
+
+
+def matmul_summary(rates, device):
+    """The matmul rate of a run: the median of its measurements, each measurement, the products' side."""
+    return {"flops_per_s": statistics.median(rates), "all": rates, "n": matmul_size(device)} if rates else None
 
 
 def speed_records(configs, times, device):
@@ -365,6 +315,17 @@ def speed_records(configs, times, device):
     return records
 
 
+def flop_shares(records, rate, peak):
+    """Each record's FLOP/s as a share of the run's matmul rate (matmul_summary; and of the card's peak, when known),
+    and against its baseline's FLOP/s at the same shape (the median of per-round ratios)."""
+    for r in records:
+        r["matmul_share"] = r["flops_per_s"] / rate["flops_per_s"]
+        if peak:
+            r["mfu"] = r["flops_per_s"] / peak
+        base = next((b for name, others in BASELINES if r["model"] in others
+                     for b in [find(records, name, r["length"], r["mode"], r.get("config"))] if b), None)
+        if base is not None and base["flops"]:
+            r["flops_vs_base"], r["base"] = r["flops"] / base["flops"] * paired(base, r), base["model"]
 def find(records, model, length, mode, config=None):
     return next((r for r in records if r["model"] == model and r["length"] == length and r["mode"] == mode
                  and r.get("config") == config), None)
@@ -378,23 +339,18 @@ def paired(a, b):
 # the ratios of tokens per second reported: (the baseline, the models compared with it)
 BASELINES = (("softmax", ("simpletron", "transject", "diffeqformer")),
              ("softmax_naive", ("simpletron", "transject", "softmax")),
+             ("causal_softmax_attention", ("causal_simple_attention",)),
              ("softmax_attention", ("simple_attention", "causal_simple_attention")))
 
 
 def speed_ratios(records, models, lengths, infer_only):
     """Each model against its baseline at each length, checkpointing against the plain step, and the growth of
     each model's time from the first length to the last."""
-    ratios = []
-    for L in lengths:
-        for mode in ("train", "infer"):
-            for base, others in BASELINES:
-                g = find(records, base, L, mode)
-                for other in others:
-                    o = find(records, other, L, mode)
-                    if g and o:
-                        ratios.append({"what": f"{other} / {base} tokens per second", "length": L, "mode": mode,
-                                       "ratio": paired(g, o)})
-    ratios += checkpointing_ratios(records, models, lengths)
+    ratios = [{"what": f"{other} / {base} tokens per second", "length": L, "mode": mode, "ratio": paired(g, o)}
+              for L, mode, (base, others) in itertools.product(lengths, ("train", "infer"), BASELINES)
+              for other in others for g, o in [(find(records, base, L, mode), find(records, other, L, mode))]
+              if g and o]
+    ratios += checkpointing_ratios(records, models, lengths) + crossovers(records, lengths)
     if len(lengths) >= 2:
         mode = "infer" if infer_only else "train"
         for m in models:
@@ -403,6 +359,18 @@ def speed_ratios(records, models, lengths, infer_only):
                 ratios.append({"what": f"{m} {'inference forward' if infer_only else 'training step'}, ms at "
                                        f"{lengths[-1]} / ms at {lengths[0]} tokens", "ratio": b["ms"] / a["ms"]})
     return ratios
+
+
+def crossovers(records, lengths):
+    """Where each model's training step overtakes its baseline's (measure.crossover of the per-round ratios)."""
+    out = []
+    for base, others in BASELINES:
+        for m in others:
+            pts = [(L, paired(b, o)) for L in lengths for b, o in [(find(records, base, L, "train"),
+                                                                     find(records, m, L, "train"))] if b and o]
+            if len(pts) >= 2:
+                out.append({"what": f"{m}'s training step overtakes {base}'s", **crossover(pts)})
+    return out
 
 
 def checkpointing_ratios(records, models, lengths):
@@ -438,7 +406,10 @@ def run(args, device, models, lengths, nano):
     configs = length_configs(args, device, models, lengths) + nanogpt_configs(args, device, lengths, nano)
     print(f"speed on {device} ({torch.get_num_threads()} threads): {len(configs)} configurations, "
           f"{args.repeats} interleaved rounds", flush=True)
-    records = speed_records(configs, time_configs(configs, args, device), device)
+    times, rates = time_configs(configs, args, device)
+    records = speed_records(configs, times, device)
+    args.matmul = matmul_summary(rates, device)
+    flop_shares(records, args.matmul, args.peak)
     ratios = speed_ratios(records, models, lengths, args.infer_only)
     if args.generate:
         gen_records, gen_ratios = speed_generate(args, device, [m for m in models if m in MODELS])
@@ -447,11 +418,12 @@ def run(args, device, models, lengths, nano):
     write_results(args, device, records, ratios + nanogpt_ratio(records))
 
 
-def machine_of(device, clock):
+def machine_of(device, args):
     kind = torch.device(device).type
-    return {"device": device, "cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-            "clock": clock, "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
-            "cpus": os.cpu_count(), "torch": torch.__version__,
+    return {"device": device, "machine": machine_name(device), "threads": torch.get_num_threads(),
+            "clock": args.clock, "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None,
+            "cpus": os.cpu_count(), "torch": torch.__version__, "dtype": str(args.dtype).split(".")[-1],
+            "matmul": getattr(args, "matmul", None), "peak_flops": args.peak,
             "gpu": torch.cuda.get_device_name(device) if kind == "cuda" else "Apple MPS" if kind == "mps" else None}
 
 
@@ -466,13 +438,14 @@ PEAK_MEM_NOTE = {
 def write_json(out, name, obj):
     os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"{name}.json")
-    data.atomic_write_text(path, json.dumps(obj, indent=1, default=float) + "\n")
+    data.atomic_write_text(path, json.dumps(obj, indent=1, default=lambda o: str(o) if isinstance(o, torch.dtype)
+                                            else float(o)) + "\n")
     return path
 
 
 def write_results(args, device, records, ratios):
     """speed.json, speed_summary.json, speed.md and the plots; the table printed."""
-    machine = machine_of(device, args.clock)
+    machine = machine_of(device, args)
     path = write_json(args.out, "speed", records)
     write_json(args.out, "speed_summary", {"machine": machine, "ratios": ratios, "settings": vars(args),
                                            "peak_mem_mb": PEAK_MEM_NOTE[torch.device(device).type]})
@@ -484,6 +457,219 @@ def write_results(args, device, records, ratios):
         pngs.append(plot_generate(records, args.out, machine))
     print(md)
     print(f"wrote {path}, {os.path.join(args.out, 'speed.md')}" + "".join(f", {p}" for p in pngs))
+
+
+def compile_records(args, device, models, lengths):
+    """--compile: each model's training step eager and under torch.compile (a copy with the same weights): the first
+    compiled step (compiling) and the first at half the length (the recompile that a batch of another length makes),
+    less the eager steps, then --repeats interleaved rounds of both: the steady speed-up, the steps to pay it back."""
+    records, rates = [], []
+    for L, m in itertools.product(lengths, models):
+        torch.manual_seed(0)
+        eager, twin = speed_model(m, L, args).to(device), speed_model(m, L, args).to(device)
+        twin.load_state_dict(eager.state_dict())
+        steps = [make_steps(model, args.batch, n, args.vocab, args.head, device, args.dtype)["train"]
+                 for model in (eager, torch.compile(twin)) for n in (L, max(1, L // 2))]
+        first, ts = [timed(step, device) for step in steps], [[], []]   # eager: warm-up; compiled: compiling
+        interleaved_rounds(3, args.repeats, lambda i: rates.append(matmul_rate(device, args.dtype, args.clock))
+                           if i == 2 else ts[i].append(timed(steps[2 * i], device, 1, args.clock)))
+        eager_ms, compiled_ms = statistics.median(ts[0]), statistics.median(ts[1])
+        compile_s = (first[2] - eager_ms + first[3] - first[1]) / 1000
+        records.append({"model": m, "length": L, "batch": args.batch, "eager_ms": eager_ms, "compiled_ms": compiled_ms,
+                        "speedup": float(np.median(np.array(ts[0]) / np.array(ts[1]))), "compile_s": compile_s,
+                        "break_even": 1000 * compile_s / (eager_ms - compiled_ms) if eager_ms > compiled_ms else None})
+        torch._dynamo.reset()                                # the next model compiles afresh
+    args.matmul = matmul_summary(rates, device)
+    return records
+
+
+# ----------------------------------------------------------------------------------------------
+# --loop and --wall: the user's path. train.py's own loop beside the bare step of the same model on the same
+# batches; the wall time of the README's commands, split into its parts
+
+# the README's quickstart (its recipe) and main command (tests/test_bench.py holds them to the README)
+USER_RUNS = {"quickstart": "@recipes/quickstart.txt", "main": "--model simpletron --task listops"}
+RUN_STEPS = {"quickstart": 1000, "main": 1500}               # their --max_iters (the main command's: its preset's)
+# what --loop times: (name, the run, its flags on top, steps left out first, steps timed; together a multiple of
+# the log interval, 10, whose progress line tells when to stop it)
+LOOPS = (("quickstart", "quickstart", "", 20, 300),
+         ("main command, its 64-token prefixes", "main", "--short_steps 1000000", 10, 100),
+         ("main command, full length", "main", "--short_steps 0", 10, 30))
+
+
+def run_train(run, extra, out_dir, args, stop_at=None):
+    """`python train.py` with a README command's flags, in a process of its own as a user runs it: its stdout lines,
+    each with the seconds since the start when it came. stop_at: Ctrl-C once the progress line of that step is out
+    (train.py stops after the step, writes ckpt.pt and log.jsonl, exit 130)."""
+    flags = [f"@{ROOT}/{f[1:]}" if f.startswith("@") else f for f in USER_RUNS[run].split()]   # the recipe here
+    argv = [sys.executable, os.path.join(ROOT, "train.py"), *flags, *extra.split(),
+            "--out_dir", out_dir, "--cache_dir", args.cache_dir, "--device", args.device]
+    t0, lines = time.perf_counter(), []
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**os.environ, "PYTHONUNBUFFERED": "1"}) as p:
+        for line in p.stdout:
+            lines.append((time.perf_counter() - t0, line.rstrip("\n")))
+            if stop_at and line.startswith(f"step {stop_at}/"):
+                p.send_signal(signal.SIGINT)
+        _, status, usage = os.wait4(p.pid, 0)                # its exit status and peak memory
+        p.returncode = os.waitstatus_to_exitcode(status)
+    if p.returncode != (130 if stop_at else 0):
+        raise UsageError(f"train.py {USER_RUNS[run]} {extra} stopped with exit status {p.returncode}: "
+                         f"{lines[-1][1] if lines else 'no output'}")
+    return lines + [(time.perf_counter() - t0, f"(exit; peak RSS {usage.ru_maxrss} kB)")]
+
+
+def log_records(out_dir):
+    """log.jsonl's step records {step: seconds of the run when it ended} and evaluation records {step: seconds}."""
+    with open(os.path.join(out_dir, "log.jsonl")) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return ({r["step"]: r["time"] for r in records if "loss" in r},
+            {r["step"]: r["time"] for r in records if "val_loss" in r})
+
+
+def bare_steps(out_dir, first, last, device):
+    """The bare training step (forward, backward, clipping, AdamW at the scheduled rate) of the run's model in
+    out_dir, from train.py's first weights, on the batches train.py drew for its steps first + 1 .. last, one after
+    the other: (the function, which returns the losses, the tokens)."""
+    ckpt = load_checkpoint(os.path.join(out_dir, "ckpt.pt"))
+    a = types.SimpleNamespace(**ckpt["args"])
+    task = train.open_task(a, ckpt["config"], types.SimpleNamespace(on=False))
+    split, batches = task.split("train"), []
+    for it in range(first, last):                            # train.train_step's draw for step it + 1
+        x, y = split.sample(a.batch_size, np.random.default_rng([a.seed, it]))
+        batches.append((x[..., :a.short_len] if it < a.short_steps and task.kind != "lm" else x, y))
+    torch.manual_seed(a.seed)                                # train.py's first weights
+    model = build_model(ckpt["model_name"], ckpt["config"]).to(device)
+    opt = train.make_optimizer(model, a, device)
+    _, autocast_, scaler = precision(getattr(a, "dtype", "auto"), device)   # train.py's --dtype (float16: scaled)
+
+    def steps():                                             # the losses, read as train.py reads them
+        losses = []
+        for it, (x, y) in enumerate(batches, first):
+            for group in opt.param_groups:                   # train.py's learning-rate schedule
+                group["lr"] = train.learning_rate(a, it + 1) * group["lr_scale"]
+            with autocast_:
+                _, loss = model(x.to(device), y.to(device))
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip or math.inf)
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad(set_to_none=True)
+            losses.append(loss.item())
+        return losses
+    return steps, sum(split.tokens_in(x) for x, _ in batches)
+
+
+def loop_records(args, device):
+    """--loop: each of LOOPS (and with --compile, each again with train.py --compile true) in --repeats rounds:
+    train.py's steps (log.jsonl's clock), then the bare steps on the same batches; ms per step and tokens/s of both,
+    their ratio (the median of per-round ratios), and the run's seconds up to the first step timed."""
+    records, rates = [], []
+    for (name, run, extra, skip, n), flag in itertools.product(LOOPS, ["", "--compile true"][:1 + args.compile]):
+        loop_s, bare_s, start_s = [], [], []
+        with tempfile.TemporaryDirectory(prefix="bench-loop-") as tmp:
+            for r in range(args.repeats):
+                out = os.path.join(tmp, str(r))
+                run_train(run, f"{extra} {flag} --eval_interval 1000000 --max_iters {skip + n + 1000}", out, args,
+                          skip + n)
+                steps = log_records(out)[0]
+                loop_s.append(steps[skip + n] - steps[skip])
+                start_s.append(steps[skip])
+                if r == 0:
+                    bare, tokens = bare_steps(out, skip, skip + n, device)
+                    bare()                                   # warm-up
+                bare_s.append(timed(bare, device, 1, "wall") / 1000)
+                rates.append(matmul_rate(device, args.dtype, "wall"))
+                print(f"  {name} {flag}: round {r + 1}/{args.repeats} done", flush=True)
+        records.append({"what": f"{name}{', ' + flag if flag else ''}", "steps": n, "tokens": tokens,
+                        "run_steps": RUN_STEPS[run],
+                        "command": f"python train.py {USER_RUNS[run]} {extra} {flag}".strip(),
+                        "loop_ms": 1000 * statistics.median(loop_s) / n, "loop_s_all": loop_s,
+                        "bare_ms": 1000 * statistics.median(bare_s) / n, "bare_s_all": bare_s,
+                        "start_s": statistics.median(start_s), "skipped": skip,
+                        "ratio": float(np.median(np.array(bare_s) / np.array(loop_s)))})
+    args.matmul = matmul_summary(rates, device)
+    return records
+
+
+def wall_split(args, device):
+    """--wall: the README's commands from an empty cache, each in full, their wall time split by their output
+    lines and log.jsonl: start-up, data generation and loading, training steps, evaluations, exit."""
+    records = []
+    for run in USER_RUNS:
+        with tempfile.TemporaryDirectory(prefix="bench-wall-") as tmp:
+            own = types.SimpleNamespace(cache_dir=os.path.join(tmp, "data"), device=args.device)
+            out = os.path.join(tmp, "run")
+            lines = run_train(run, "", out, own)
+            steps, evals = log_records(out)
+            first = min(steps, key=lambda s: s if s % 10 == 0 else math.inf)  # its progress line: the two clocks
+            offset = next(t for t, text in lines if text.startswith(f"step {first}/")) - steps[first]
+            at = {key: next((t for t, text in lines if test(text)), None) for key, test in (
+                ("data", lambda text: text.startswith("generating")), ("model", lambda text: " params, " in text),
+                ("wrote", lambda text: text.startswith("wrote ") and text.endswith("metrics.json")))}
+            last = offset + steps[max(steps)]
+            in_training = sum(evals[s] - steps[s] for s in evals if s < max(steps))
+            records.append({"what": run, "command": f"python train.py {USER_RUNS[run]}", "wall": lines[-1][0],
+                            "peak_rss_kb": int(lines[-1][1].split()[-2]),
+                            "phases": {"start-up (Python, torch, the flags)": at["data"] or at["model"],
+                                       "data generation and loading": at["model"] - (at["data"] or at["model"]),
+                                       "training steps": last - at["model"] - in_training,
+                                       "evaluations during training (val, ckpt.pt, loss.png)": in_training,
+                                       "the last evaluation and the final one on all of val and test":
+                                           at["wrote"] - last,
+                                       "exit": lines[-1][0] - at["wrote"]}})
+        print(f"  {run}: {records[-1]['wall']:.1f} s", flush=True)
+    return records
+
+
+def user_tables(loops, walls, compiled, machine):
+    """--loop, --wall and --compile's tables, under the machine's lines."""
+    lines = machine_lines(machine)
+    if loops:
+        lines += ["train.py's loop (its log.jsonl's clock over the steps timed: the batches, the step, the log, the "
+                  "progress line) beside the bare step (forward, backward, clipping, AdamW) on the same batches:", ""]
+        lines += md_table(["run", "steps timed", "train.py ms/step", "bare step ms/step", "train.py tokens/s",
+                           "bare tokens/s", "train.py / bare (tokens/s)"],
+                          [[r["what"], r["steps"], f"{r['loop_ms']:.2f}", f"{r['bare_ms']:.2f}",
+                            f"{r['tokens'] / r['loop_ms'] / r['steps'] * 1000:,.0f}",
+                            f"{r['tokens'] / r['bare_ms'] / r['steps'] * 1000:,.0f}", f"{r['ratio']:.3f}"]
+                           for r in loops]) + [""] + [f"- {r['what']}: `{r['command']}`" for r in loops]
+        for r, e in ((r, e) for r in loops for e in loops if r["what"] == e["what"] + ", --compile true"):
+            gain, cost = e["loop_ms"] - r["loop_ms"], r["start_s"] - e["start_s"]
+            lines.append(f"- {r['what']}: {cost:.1f} s more up to step {r['skipped']}, then "
+                         f"{e['loop_ms'] / r['loop_ms']:.2f}x the steps' pace: " +
+                         (f"paid back after {1000 * cost / gain:,.0f} steps" if gain > 0 else "never paid back") +
+                         f" (the run: {r['run_steps']:,} steps)")
+        lines.append("")
+    for r in walls:
+        lines += [f"`{r['command']}` from an empty cache: {r['wall']:.1f} s of wall time, peak RSS "
+                  f"{r['peak_rss_kb']:,} kB", ""]
+        lines += md_table(["part", "seconds", "share"], [[k, f"{v:.1f}", f"{100 * v / r['wall']:.1f}%"]
+                                                         for k, v in r["phases"].items()]) + [""]
+    if compiled:
+        lines += ["torch.compile: the training step eager and compiled (default mode), medians of interleaved rounds; "
+                  "compiling: the first compiled step and the first at half the length, less the eager steps:", ""]
+        lines += md_table(["model", "batch x tokens", "eager ms", "compiled ms", "speed-up", "compiling s",
+                           "steps to pay it back"],
+                          [[r["model"], f"{r['batch']} x {r['length']}", f"{r['eager_ms']:.1f}",
+                            f"{r['compiled_ms']:.1f}", f"{r['speedup']:.2f}", f"{r['compile_s']:.1f}",
+                            f"{r['break_even']:,.0f}" if r["break_even"] else "never"] for r in compiled]) + [""]
+    return "\n".join(lines)
+
+
+def run_user(args, device, models, lengths):
+    """--loop, --wall, --compile: their records and tables, OUT/user.{json,md}."""
+    loops = loop_records(args, device) if args.loop else []
+    walls = wall_split(args, device) if args.wall else []
+    compiled = compile_records(args, device, models, lengths) if args.compile and not args.loop else []
+    machine = machine_of(device, args)
+    path = write_json(args.out, "user", {"machine": machine, "loop": loops, "wall": walls, "compile": compiled,
+                                         "settings": vars(args)})
+    md = user_tables(loops, walls, compiled, machine)
+    data.atomic_write_text(os.path.join(args.out, "user.md"), md)
+    print(md)
+    print(f"wrote {path}, {os.path.join(args.out, 'user.md')}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -561,36 +747,44 @@ def generation_ratios(records, models, contexts):
 # ----------------------------------------------------------------------------------------------
 # The table and the plots
 
-def speed_table(records, ratios, machine):
+def machine_lines(machine):
+    """The machine, the clock and the matmul rate measured in the run: the lines above every table."""
     clock = "CPU time of the process" if machine["clock"] == "cpu" else "wall time"
-    load = machine.get("load_average")
-    lines = [f"Machine: {machine['device']}" + (f" ({machine['gpu']})" if machine["gpu"] else
-                                                 f", {machine['cpus']} CPU cores, {machine['threads']} torch threads") +
-             f", torch {machine['torch']}; {clock}, medians of interleaved rounds" +
-             (f"; load average at the end {load[0]:.1f}" if load else "") + ".", "",
-             "| model | config | batch x tokens | mode | ms | tokens/s | peak MiB | GFLOP | GFLOP/s |",
-             "|---|---|---|---|---:|---:|---:|---:|---:|"]
+    load, mm = machine.get("load_average"), machine.get("matmul")
+    lines = [f"Machine: {machine['machine']}, {machine['threads']} torch threads, {machine['dtype']}; {clock}, "
+             "medians of interleaved rounds" + (f"; load average at the end {load[0]:.1f}" if load else "") + "."]
+    if mm:
+        lines.append(f"Sustained {machine['dtype']} matmul rate, measured in this run (20 back-to-back {mm['n']} x "
+                     f"{mm['n']} products, once a round): {mm['flops_per_s'] / 1e9:,.1f} GFLOP/s (range "
+                     f"{min(mm['all']) / 1e9:,.1f}-{max(mm['all']) / 1e9:,.1f})" +
+                     (f"; the card's peak {machine['peak_flops'] / 1e12:,.0f} TFLOP/s (MFU)" if machine["peak_flops"]
+                      else "") + ".")
+    return lines + [""]
+
+
+def speed_table(records, ratios, machine):
+    mfu = machine.get("peak_flops") is not None
     gen = [r for r in records if r["mode"] == "generate"]
     records = [r for r in records if r["mode"] != "generate"]
-    if not records:
-        lines = lines[:2]
-    for r in records:
-        lines.append(f"| {r['model']} | {r.get('config', 'speed')} | {r['batch']} x {r['length']} | {r['mode']} | "
-                     f"{r['ms']:.1f} | {r['tokens_per_s']:,.0f} | {r['peak_mem_mb']:.0f} | {r['flops'] / 1e9:.2f} | "
-                     f"{r['flops_per_s'] / 1e9:.1f} |")
+    lines = machine_lines(machine) + (md_table(
+        ["model", "config", "batch x tokens", "mode", "ms", "tokens/s", "peak MiB", "GFLOP", "GFLOP/s",
+         "share of matmul", "GFLOP/s / baseline's"] + ["MFU"] * mfu,
+        [[r["model"], r.get("config", "speed"), f"{r['batch']} x {r['length']}", r["mode"], f"{r['ms']:.1f}",
+          f"{r['tokens_per_s']:,.0f}", f"{r['peak_mem_mb']:.0f}", f"{r['flops'] / 1e9:.2f}",
+          f"{r['flops_per_s'] / 1e9:.1f}", f"{100 * r['matmul_share']:.0f}%",
+          f"{r['flops_vs_base']:.2f} ({r['base']})" if "base" in r else ""] +
+         ([f"{100 * r['mfu']:.1f}%"] if mfu else []) for r in records], left=4) if records else [])
     if gen:
-        lines += ["", f"Generation: milliseconds per new token after a prompt of `context` tokens (median over rounds "
-                      f"of the mean of {gen[0]['new_tokens']} decode steps), the prefill of the prompt, and the size of "
-                      "the state kept between tokens.", "",
-                  "| model | batch x context | ms per new token | new tokens/s | prefill ms | state MiB |",
-                  "|---|---|---:|---:|---:|---:|"]
-        for r in gen:
-            lines.append(f"| {r['model']} | {r['batch']} x {r['length']} | {r['ms']:.2f} | {r['tokens_per_s']:,.0f} | "
-                         f"{r['prefill_ms']:.1f} | {r['state_mb']:.2f} |")
+        lines += ["", f"Generation: milliseconds per new token after a prompt of `context` tokens (median over "
+                      f"rounds of the mean of {gen[0]['new_tokens']} decode steps), the prefill of the prompt, and the "
+                      "size of the state kept between tokens.", ""]
+        lines += md_table(["model", "batch x context", "ms per new token", "new tokens/s", "prefill ms", "state MiB"],
+                          [[r["model"], f"{r['batch']} x {r['length']}", f"{r['ms']:.2f}", f"{r['tokens_per_s']:,.0f}",
+                            f"{r['prefill_ms']:.1f}", f"{r['state_mb']:.2f}"] for r in gen], left=2)
     lines.append("")
     for q in ratios:
         where = f" at {q['length']} tokens ({q['mode']})" if "length" in q else ""
-        lines.append(f"- {q['what']}{where}: {q['ratio']:.2f}")
+        lines.append(f"- {q['what']}{where}: {q['text'] if 'text' in q else format(q['ratio'], '.2f')}")
     return "\n".join(lines) + "\n"
 
 
@@ -703,6 +897,10 @@ def parse(argv):
     p.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's own choice)")
     p.add_argument("--clock", default="wall", help="wall (elapsed) or cpu (CPU time of the process: with "
                    "--threads 1, robust to other programs sharing the CPU)")
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"), help="bfloat16: the forward "
+                   "under autocast, as train.py on CUDA; auto: bfloat16 on CUDA, float32 elsewhere")
+    p.add_argument("--peak_tflops", type=float, help="the device's peak TFLOP/s for MFU (default: by the name of "
+                   "an NVIDIA card, bfloat16; none on a CPU, where the matmul rate measured in the run stands beside)")
     p.add_argument("--nanogpt", help="path of karpathy/nanoGPT's model.py, outside this project")
     p.add_argument("--infer_only", action="store_true", help="only the inference forward of each model (no training "
                    "step, no nanoGPT comparison): TransJect's Table 4 with --models transject,softmax,softmax_naive")
@@ -713,6 +911,15 @@ def parse(argv):
     p.add_argument("--new_tokens", type=int, default=32, help="--generate: decode steps timed per round")
     p.add_argument("--checkpointing", action="store_true", help="also each model's training step with activation "
                    "checkpointing (Config.checkpointing): peak memory, time, loss and gradient differences")
+    p.add_argument("--compile", action="store_true", help="instead: each model's training step eager and under "
+                   "torch.compile: compiling time, steady speed-up, the steps to pay it back (OUT/user.md); with "
+                   "--loop: train.py --compile true beside train.py")
+    p.add_argument("--loop", action="store_true", help="instead: train.py's loop on the README's quickstart and main "
+                   "command beside the bare step on the same batches (OUT/user.md; data from --cache_dir)")
+    p.add_argument("--wall", action="store_true", help="instead (with --loop: too): the README's two commands in "
+                   "full from an empty cache, their wall time split into its parts (the main command: minutes)")
+    p.add_argument("--cache_dir", default="data", help="--loop: train.py's --cache_dir")
+    p.add_argument("--max_minutes", type=float, default=60, help="refuse a benchmark estimated to take longer")
     args = p.parse_args(argv)
     check(args)
     return args
@@ -722,6 +929,9 @@ def check(args):
     """Every flag, before any work: one line naming the flag, its value and what is allowed."""
     for name, value in vars(args).items():
         check_value(name, value)
+    for flag in ("peak_tflops", "max_minutes"):
+        if getattr(args, flag) is not None and not getattr(args, flag) > 0:
+            raise UsageError(f"--{flag} {getattr(args, flag)}: allowed is a number > 0")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError(f"--device {args.device}: no CUDA device here; use --device cpu (or auto)")
     if args.device == "mps" and not torch.backends.mps.is_available():
@@ -742,18 +952,27 @@ def int_list(flag, text):
 
 def read_lists(args, device):
     """What the flags name, checked: (models, lengths, nanoGPT's model.py or None); args.context_list."""
-    models = [m.strip() for m in args.models.split(",") if m.strip()] if not args.compare_only else []
+    models, choices = [m.strip() for m in args.models.split(",") if m.strip()], ", ".join([*SPEED_MODELS, *ATTENTION])
+    models = models if not args.compare_only else []
     for m in models:
         if m not in SPEED_MODELS and m not in ATTENTION:
-            raise UsageError(f"unknown model {m!r} in --models; choose from {', '.join([*SPEED_MODELS, *ATTENTION])}")
+            raise UsageError(f"unknown model {m!r} in --models; choose from {choices}")
         model_module(SPEED_MODELS[m][0] if m in SPEED_MODELS else "simpletron")  # UsageError if absent
     lengths = int_list("lengths", args.lengths) if not args.compare_only else []
+    if not models and not (args.compare_only or args.loop or args.wall):
+        raise UsageError(f"--models {args.models!r} names no model; choose from {choices}")
+    if not lengths and not (args.compare_only or args.loop or args.wall or args.generate):
+        raise UsageError(f"--lengths {args.lengths!r} names no length (only --generate runs without one)")
     args.context_list = int_list("contexts", args.contexts) if args.generate else []
     if args.generate and (not args.context_list or min(args.context_list) < 1):
         raise UsageError("--generate needs --contexts of at least 1 token and --new_tokens of at least 1")
     nano = load_nanogpt(args.nanogpt) if args.nanogpt else None
     if args.clock == "cpu" and device != "cpu":
         raise UsageError("--clock is wall, or cpu (CPU time; on a CPU device only)")
+    cuda = device.startswith("cuda")
+    args.dtype = torch.bfloat16 if args.dtype == "bfloat16" or args.dtype == "auto" and cuda else torch.float32
+    args.peak = args.peak_tflops * 1e12 if args.peak_tflops else peak_flops(torch.cuda.get_device_name(device)) \
+        if cuda and args.dtype == torch.bfloat16 else None
     return models, lengths, nano
 
 
@@ -761,12 +980,16 @@ def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
     device = pick_device(args.device)
     models, lengths, nano = read_lists(args, device)
-    os.makedirs(args.out, exist_ok=True)
     threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        run(args, device, models, lengths, nano)
+        check_sizes(args, device, models, lengths if not (args.loop or args.wall) else [])
+        os.makedirs(args.out, exist_ok=True)
+        if args.loop or args.wall or args.compile:
+            run_user(args, device, models, lengths)
+        else:
+            run(args, device, models, lengths, nano)
     finally:
         torch.set_num_threads(threads)
 

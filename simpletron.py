@@ -180,15 +180,16 @@ def causal_simple_attention(q, k, v, chunk=64, causal_scale="sqrt_t", block_size
     """
     B, H, L, d = q.shape
     pad = -L % chunk
-    if pad:
-        q, k, v = (F.pad(x, (0, 0, 0, pad)) for x in (q, k, v))
     N = (L + pad) // chunk
-    q, k, v = (x.reshape(B, H, N, chunk, d) for x in (q, k, v))  # (B, H, N, C, d)
+    # (B, H, N, C, d), laid out in memory in this order once (padded, or copied) rather than in each product
+    q, k, v = ((F.pad(x, (0, 0, 0, pad)) if pad else x.contiguous()).view(B, H, N, chunk, d) for x in (q, k, v))
     KV = k.transpose(-2, -1) @ v                             # (B, H, N, d, d) each chunk's K^T V
     S = KV.cumsum(2) - KV                                    # (B, H, N, d, d) sum over earlier chunks
     inter = q @ S                                            # (B, H, N, C, d)
     intra = (q @ k.transpose(-2, -1)).tril() @ v             # (B, H, N, C, d) s <= t inside the chunk
-    y = (inter + intra).view(B, H, N * chunk, d)[:, :, :L]
+    y = (inter + intra).view(B, H, N * chunk, d)            # (B, H, L + pad, d)
+    if pad:                                                  # (sliced only when padded: a slice's backward
+        y = y[:, :, :L]                                      # copies the gradient into a new zero tensor)
     t = torch.arange(1, L + 1, device=q.device, dtype=q.dtype)
     return y * causal_n(t, causal_scale, block_size).rsqrt()[:, None]   # (B, H, L, d) y_t / sqrt(n(t))
 

@@ -2,14 +2,20 @@
 (No test is timed: the times are only checked to be positive.)"""
 
 import json
+import math
 import os
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
 
 import bench
+import config
+import measure
+import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -31,6 +37,21 @@ def test_flop_count_of_matmuls_and_attention_backward():
         assert flops == 7 * 2 * B * H * L * L * d * frac, causal
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="glibc on Linux")
+def test_train_py_keeps_freed_tensors_for_the_next_step():
+    """measure.keep_freed_memory, as importing train.py sets it: six tensors of 8 MiB made and freed, as a step
+    does, again and again reuse their memory (by default glibc hands it back at once: 12,000 page faults a round)."""
+    code = ("import resource, torch, train\n"
+            "x, faults = torch.randn(2 ** 21), [0]\n"
+            "for i in range(13):\n"
+            "    faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)\n"
+            "    ys = [x * 2 for _ in range(6)]\n"
+            "    del ys\n"
+            "print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults[4]) / 10)")   # after 3 warm-ups
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and float(r.stdout) < 20, r.stdout + r.stderr
+
+
 def test_flop_count_of_attention_on_cpu():
     B, H, L, d = 2, 4, 64, 16
     q = torch.randn(B, H, L, d)
@@ -38,6 +59,48 @@ def test_flop_count_of_attention_on_cpu():
     assert full == 4 * B * H * L * L * d                    # Q K^T and P V: 2 flops per multiply-add
     causal = bench.count_flops(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True))
     assert causal == full * (L + 1) / (2 * L)
+
+
+def test_flop_count_of_the_gpu_attention_kernels_by_their_arguments():
+    """The CUDA kernels cannot run here: their counting functions are called as the counter calls them."""
+    B, H, L, d = 2, 3, 10, 4
+    q = torch.empty(B, H, L, d, device="meta")
+    full, back = 4 * B * H * L * L * d, 10 * B * H * L * L * d    # 2 products forward, 5 backward
+    aten = torch.ops.aten
+    for causal in (False, True):
+        share = (L + 1) / (2 * L) if causal else 1
+        flash = measure.attention_flops(aten._scaled_dot_product_flash_attention)
+        assert flash(q, q, q, 0.0, causal) == pytest.approx(full * share)
+        efficient = measure.attention_flops(aten._scaled_dot_product_efficient_attention)
+        assert efficient(q, q, q, None, True, 0.0, causal) == pytest.approx(full * share)
+        cudnn_back = measure.attention_flops(aten._scaled_dot_product_cudnn_attention_backward)
+        assert cudnn_back(q, q, q, q, q, None, None, None, None, None, None, L, L, 0.0, is_causal=causal) == pytest.approx(back * share)
+        efficient_back = measure.attention_flops(aten._scaled_dot_product_efficient_attention_backward)
+        assert efficient_back(q, q, q, q, None, q, None, None, None, 0.0, [True] * 4, causal) == pytest.approx(back * share)
+
+
+def test_step_cost_counts_the_products_and_the_tensors_kept_for_the_backward_pass():
+    x, W = torch.randn(6, 4), torch.randn(4, 5, requires_grad=True)
+    flops, kept = measure.step_cost(lambda: (torch.tanh(x @ W)).sum().backward(), [W])
+    assert flops == 2 * (2 * 6 * 4 * 5)                      # x W, then the gradient x^T dY (x needs none)
+    # x (for dW), tanh's output (6 x 5), and W's weight, gradient and two AdamW moments
+    assert kept == 4 * (6 * 4 + 6 * 5) + 4 * 4 * 20
+
+
+def test_quadratic_through_three_points():
+    f = measure.quadratic(8, *(3 + 2 * n + 0.5 * n * n for n in (8, 16, 32)))
+    assert [f(n) for n in (1, 100, 10 ** 6)] == pytest.approx([3 + 2 * n + 0.5 * n * n for n in (1, 100, 10 ** 6)])
+    g = measure.quadratic(128, 5 + 7 * 128, 5 + 7 * 256, 5 + 7 * 512)     # linear: no L^2 term at a billion
+    assert g(10 ** 9) == 5 + 7 * 10 ** 9
+
+
+def test_matmul_rate_and_the_cards_peak():
+    assert 0 < measure.matmul_rate("cpu", torch.float32, "wall", n=64, count=2) < math.inf
+    assert measure.peak_flops("NVIDIA H100 80GB HBM3") == 989e12            # SXM
+    assert measure.peak_flops("NVIDIA H100 PCIe") == 756e12
+    assert measure.peak_flops("NVIDIA H200") == 989e12
+    assert measure.peak_flops("NVIDIA L40S") == 362e12 and measure.peak_flops("NVIDIA L4") == 121e12
+    assert measure.peak_flops("Quadro K600") is None
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
@@ -64,18 +127,72 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
              ("--nanogpt", os.path.join(ROOT, "simpletron.py")),     # inside the project
              ("--head", "both"),
              ("--generate", "--contexts", "8,x"),
-             ("--bogus", "1")]
+             ("--bogus", "1"),
+             *[("--device", "cuda"), ("--device", "cuda:0", "--loop")] * (not torch.cuda.is_available())]
     for argv in cases:
         with pytest.raises(bench.UsageError) as e:
             bench.main([*map(str, argv), "--out", str(tmp_path)])
         assert "\n" not in str(e.value) and str(e.value), argv
 
 
+@pytest.mark.parametrize("argv,words", [
+    (["--models", ""], "--models '' names no model"), (["--models", " , "], "names no model"),
+    (["--lengths", ""], "--lengths '' names no length"),
+    (["--lengths", "1000000000"], "--lengths 1,000,000,000: simpletron's training step there needs about"),
+    (["--lengths", "20000", "--models", "softmax_naive"], "softmax_naive's training step"),
+    (["--lengths", "4096", "--max_minutes", "0.0001"], "this benchmark would take about"),
+    (["--peak_tflops", "-1"], "--peak_tflops -1.0: allowed is a number > 0"),
+    (["--max_minutes", "0"], "--max_minutes 0.0: allowed is a number > 0")])
+def test_nothing_runs_on_an_empty_list_or_a_size_beyond_the_machine(argv, words, tmp_path):
+    with pytest.raises(bench.UsageError) as e:
+        bench.main([*argv, "--out", str(tmp_path / "out")])
+    assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+    assert not (tmp_path / "out").exists()                   # refused before anything was written
+
+
+def test_sizes_limit_names_the_longest_length_that_fits(monkeypatch):
+    """The memory limit: the step's bytes at three short lengths, extrapolated, against what is free here."""
+    args = bench.parse(["--models", "simpletron", "--lengths", "64", "--n_layer", "1", "--n_head", "2", "--n_embd", "16",
+                        "--vocab", "32"])
+    models, lengths, _ = bench.read_lists(args, "cpu")
+    need = measure.quadratic(128, *(bench.training_cost("simpletron", n, args, "cpu")[1] for n in (128, 256, 512)))
+    monkeypatch.setattr(bench, "rss_mb", lambda *a: need(5000) / 2 ** 20)   # as if just 5,000 tokens fit
+    bench.check_sizes(args, "cpu", models, [4096])
+    with pytest.raises(bench.UsageError) as e:
+        bench.check_sizes(args, "cpu", models, [4096, 6000])
+    assert "--lengths 6,000" in str(e.value) and "use lengths up to about 4,096" in str(e.value)
+
+
+def test_crossover_between_the_lengths_measured():
+    def rec(model, L, ms):
+        return {"model": model, "length": L, "mode": "train", "ms_all": ms}
+    records = [rec("softmax", 1024, [1.0, 1.0]), rec("softmax", 4096, [8.0, 8.0]),
+               rec("simpletron", 1024, [2.0, 2.0]), rec("simpletron", 4096, [4.0, 4.0])]
+    (c,) = [c for c in bench.crossovers(records, [1024, 4096]) if c["what"].startswith("simpletron")]
+    assert c["crossover"] == pytest.approx(2048) and "between 1,024 and 4,096" in c["text"]   # 0.5x, then 2x
+    records[-1]["ms_all"] = [9.0, 9.0]
+    (c,) = [c for c in bench.crossovers(records, [1024, 4096]) if c["what"].startswith("simpletron")]
+    assert c["crossover"] is None and "none of the lengths" in c["text"]
+
+
+def test_the_loop_runs_the_readmes_commands():
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    commands = [" ".join(c.replace("\\\n", " ").split()) for c in re.findall(r"^python train\.py (.*?)$(?<!\\)",
+                                                                            readme.replace("\\\n", " "), re.M)]
+    assert any(c.startswith(bench.USER_RUNS["quickstart"] + " ") for c in commands)   # its recipe, then a comment
+    assert bench.USER_RUNS["main"] in commands
+    assert bench.RUN_STEPS["main"] == config.PRESETS["cpu"][("simpletron", "listops")]["max_iters"]
+    recipe = os.path.join(ROOT, bench.USER_RUNS["quickstart"][1:])
+    assert config.parse_args([f"@{recipe}"])[0].max_iters == bench.RUN_STEPS["quickstart"]
+    assert all((skip + n) % 10 == 0 for _, _, _, skip, n in bench.LOOPS)   # stopped at a progress line
+
+
 def test_speed_records(tmp_path):
     out = tmp_path / "speed"
     threads = torch.get_num_threads()
-    bench.main(["--out", str(out), "--models", "simpletron,softmax", "--lengths", "32,64", "--repeats", "1",
-                "--inner", "1", "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--threads", "1"])
+    bench.main(["--out", str(out), "--models", "simpletron,softmax", "--lengths", "32,64", "--repeats", "2",
+                "--inner", "1", "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--threads", "1",
+                "--peak_tflops", "0.5"])
     assert torch.get_num_threads() == threads                 # restored
     records = json.loads((out / "speed.json").read_text())
     keys = {"model", "length", "mode", "ms", "peak_mem_mb", "tokens_per_s", "flops"}
@@ -87,6 +204,34 @@ def test_speed_records(tmp_path):
     nano = [r for r in records if r.get("config") == "nanogpt-cpu"]
     assert [(r["model"], r["length"], r["batch"]) for r in nano] == [("softmax", 64, 12)]
     assert (out / "speed.png").exists() and "| model |" in (out / "speed.md").read_text()
+    summary = json.loads((out / "speed_summary.json").read_text())
+    rate = summary["machine"]["matmul"]
+    assert len(rate["all"]) == 2 and rate["flops_per_s"] == pytest.approx(sum(rate["all"]) / 2)   # once a round
+    for r in main:
+        assert r["matmul_share"] == pytest.approx(r["flops_per_s"] / rate["flops_per_s"])
+        assert r["mfu"] == pytest.approx(r["flops_per_s"] / 0.5e12)
+        g = bench.find(records, "softmax", r["length"], r["mode"])
+        if r["model"] == "simpletron":                      # FLOP/s against softmax's, round by round
+            per_round = [(r["flops"] / a) / (g["flops"] / b) for a, b in zip(r["ms_all"], g["ms_all"])]
+            assert r["base"] == "softmax" and r["flops_vs_base"] == pytest.approx(sum(per_round) / 2)
+        else:
+            assert "base" not in r
+    md = (out / "speed.md").read_text()
+    assert "Sustained float32 matmul rate, measured in this run (20 back-to-back 2048 x 2048" in md
+    assert "| MFU |" in md and "overtakes softmax's" in md
+
+
+def test_the_gpu_tables_lines_in_bfloat16_on_the_cpu(tmp_path):
+    """bench.py --device cuda's path (bfloat16 autocast, the attention alone beside SDPA, the crossover), on the CPU."""
+    bench.main(["--out", str(tmp_path), "--models", "causal_simple_attention,causal_softmax_attention,simpletron",
+                "--lengths", "32,64", "--repeats", "1", "--n_layer", "1", "--n_head", "2", "--n_embd", "16",
+                "--vocab", "32", "--threads", "1", "--dtype", "bfloat16"])
+    records = json.loads((tmp_path / "speed.json").read_text())
+    attention = bench.find(records, "causal_simple_attention", 64, "train")
+    assert attention["base"] == "causal_softmax_attention" and attention["flops"] > 0
+    md = (tmp_path / "speed.md").read_text()
+    assert "bfloat16; wall time" in md and "Sustained bfloat16 matmul rate" in md
+    assert "causal_simple_attention's training step overtakes causal_softmax_attention's" in md
 
 
 # ----------------------------------------------------------------------------------------------
@@ -111,3 +256,70 @@ def test_generation_plot(tmp_path):
     assert state["softmax", 16] == state["diffeqformer", 16] > state["simpletron", 16]   # the KV caches: equal
     with open(out / "speed_generate.png", "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# The user's path: train.py's loop beside the bare step, the wall time's parts, torch.compile
+
+TINY_RUN = ("--model simpletron --task listops --listops_depth 2 --listops_args 2,3 --listops_len 3,12 "
+            "--listops_sizes 120,16,16 --batch_size 4 --n_layer 1 --n_embd 16 --n_head 2 --max_iters 30 "
+            "--eval_interval 20 --eval_iters 2 --short_steps 10 --short_len 4")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_bare_steps_train_on_train_pys_batches(tmp_path, dtype):
+    """From train.py's first weights, at its learning rates, on the batches it drew, in its --dtype (float16: with
+    its gradient scaler): the same losses it logged (prefix steps included), so the bare step times the same work."""
+    out = tmp_path / "run"
+    train.main([*TINY_RUN.split(), "--max_iters", "14", "--out_dir", str(out), "--cache_dir", str(tmp_path / "d"),
+                "--dtype", dtype])
+    steps, tokens = bench.bare_steps(str(out), 0, 14, "cpu")
+    logged = bench.log_records(str(out))[0]
+    assert steps() == pytest.approx([r["loss"] for r in map(json.loads, open(out / "log.jsonl")) if "loss" in r],
+                                    rel=1e-6)
+    assert sorted(logged) == list(range(1, 15)) and tokens > 0
+
+
+def test_loop_and_wall_time_of_a_tiny_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench, "USER_RUNS", {"tiny": TINY_RUN})
+    monkeypatch.setattr(bench, "RUN_STEPS", {"tiny": 30})
+    monkeypatch.setattr(bench, "LOOPS", (("tiny", "tiny", "", 10, 10),))
+    out = tmp_path / "out"
+    bench.main(["--loop", "--wall", "--repeats", "1", "--cache_dir", str(tmp_path / "data"), "--out", str(out),
+                "--device", "cpu"])
+    result = json.loads((out / "user.json").read_text())
+    (loop,) = result["loop"]
+    assert loop["steps"] == 10 and loop["tokens"] > 0 and loop["loop_ms"] > 0 and loop["bare_ms"] > 0
+    assert loop["ratio"] == pytest.approx(loop["bare_s_all"][0] / loop["loop_s_all"][0])
+    (wall,) = result["wall"]
+    phases = wall["phases"]
+    assert sum(phases.values()) == pytest.approx(wall["wall"]) and all(v >= 0 for v in phases.values())
+    assert 100_000 < wall["peak_rss_kb"] < 10_000_000                       # torch alone takes 100 MB
+    assert phases["data generation and loading"] > 0 and phases["training steps"] > 0
+    assert phases["evaluations during training (val, ckpt.pt, loss.png)"] > 0      # the evaluation at step 20
+    md = (out / "user.md").read_text()
+    assert "train.py / bare" in md and "from an empty cache" in md and "Sustained float32 matmul rate" in md
+
+
+def test_compile_table_plumbing(tmp_path, monkeypatch):
+    """The compile table's arithmetic, torch.compile replaced by a model that sleeps on its first calls at a length."""
+    seen = set()
+
+    class Compiled(torch.nn.Module):
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, x, y=None):
+            if x.shape[-1] not in seen:                     # "compiling": once per length
+                seen.add(x.shape[-1])
+                time.sleep(1.0)                             # long beside a tiny step, even on a busy CPU
+            return self.model(x, y)
+    monkeypatch.setattr(bench.torch, "compile", Compiled)
+    bench.main(["--compile", "--models", "simpletron", "--lengths", "16", "--repeats", "3", "--n_layer", "1",
+                "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--out", str(tmp_path)])
+    (r,) = json.loads((tmp_path / "user.json").read_text())["compile"]
+    assert r["compile_s"] == pytest.approx(2.0, abs=0.5)      # the first step and the first at half the length
+    assert r["speedup"] == pytest.approx(1, abs=0.5)
+    assert r["break_even"] is None or r["break_even"] > 0
+    assert "steps to pay it back" in (tmp_path / "user.md").read_text()

@@ -21,7 +21,7 @@ LAYERS = {
     "simpletron": 0, "transject": 0, "diffeqformer": 0,      # the models: stdlib, torch, numpy only
     "data": 1,                                                # the data API: Task, splits, registry, file checks
     "tasks": 2, "bert": 2,                                    # one file per task family; BERT's folders
-    "config": 3, "curves": 3,                                 # models, flags, presets, every check; loss curves
+    "config": 3, "curves": 3, "measure": 3,                   # models, flags, presets, checks; loss curves; timing
     "ddp": 4, "rundir": 4, "runsetup": 4,                     # torchrun's processes; the run folder; its setup
     "train": 5,                                               # the training program
     "sample": 6, "analyze": 6, "bench": 6, "experiments": 6,  # the programs on top
