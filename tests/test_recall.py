@@ -251,3 +251,21 @@ def test_the_heldout_generator_keeps_the_same_definitions(tmp_path):
     x, y = recall.read_examples(str(tmp_path / "mqar" / "test.txt"), 30)
     first_slot = (np.argmax(y[:, 8:] != -1, 1)) // 2            # the earliest query: slot 0 most often
     assert np.bincount(first_slot).argmax() == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# The state each model keeps while generating, against its formula (docs/recall.md)
+
+@pytest.mark.parametrize("model, extra, formula", [
+    ("softmax", dict(norm="pre"), lambda n, H, D, L: 2 * n * L * D),                 # the KV cache
+    ("diffeqformer", dict(time_dim=4), lambda n, H, D, L: 2 * n * L * D),            # a KV cache per Euler step
+    ("simpletron", {}, lambda n, H, D, L: n * H * (D // H) ** 2),                    # S per head
+    ("transject", {}, lambda n, H, D, L: 1 + D + n * D),                             # the count, Σ's sum, the means
+])
+def test_the_state_kept_while_generating_is_its_formula(model, extra, formula):
+    import config
+    import experiments
+    for n, H, D, L in ((2, 1, 16, 12), (3, 2, 8, 20)):
+        c = {**config.MODELS[model][1], **extra, "vocab_size": 20, "block_size": 24, "n_layer": n, "n_head": H,
+             "n_embd": D, "head": "lm"}
+        assert experiments.state_floats(model, c, L) == formula(n, H, D, L), (model, n, H, D, L)
