@@ -388,7 +388,7 @@ def recall_figure(cells, png):
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("test accuracy per answer (%)")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=len(models), frameon=False)
-    fig.suptitle("Recall against the state each model keeps (one point per width: 32, 64, 128)")
+    fig.suptitle("Recall against the state each model keeps (one point per width: 16, 32, 64)")
     data.atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=100))
 
 
@@ -491,9 +491,11 @@ RECALL_RECIPE = ("--n_layer 2 --max_iters 3000 --warmup 100 --schedule cosine --
                  "--beta2 0.999 --grad_clip 1.0 --dropout 0.0 --eval_interval 500 --eval_iters 20")
 RECALL_MODELS = {"GPT": ("softmax", "--norm pre --n_head 1"), "SimpleTRON": ("simpletron", "--n_head 1"),
                  "TransJect": ("transject", ""), "DiffEqFormer": ("diffeqformer", "--n_head 1 --time_dim 8")}
-RECALL_LR = {"softmax": "1e-3", "simpletron": "1e-3", "transject": "1e-3", "diffeqformer": "1e-3"}  # recall-lr's best
-RECALL_SETTINGS = ((64, 4), (128, 8), (256, 16), (64, 16))          # Zoology's three, and 16 pairs in 64 tokens
-RECALL_WIDTHS = (32, 64, 128)
+# recall-lr's choice: the best val accuracy, and of two within 0.1 points the smaller learning rate
+RECALL_LR = {"softmax": "5e-4", "simpletron": "5e-4", "transject": "2e-3", "diffeqformer": "2.5e-4"}
+RECALL_LR_GRID = ("2.5e-4", "5e-4", "1e-3", "2e-3")
+RECALL_SETTINGS = ((64, 4), (128, 8), (256, 16), (256, 32))         # Zoology's three, and 32 pairs in 256 tokens
+RECALL_WIDTHS = (16, 32, 64)
 RECALL_CHECK = "--task mqar --recall_len 64 --recall_pairs 4 --n_embd 64 --batch_size 64"
 
 
@@ -508,7 +510,8 @@ RECALL_ROWS = [recall_row(label, recall_flags(m), "mqar", L, P, w)
 RECALL_TASK_ROWS = [recall_row(label, recall_flags(m), task, L, P, 64)
                     for task, L, P in (("copy", 64, 8), ("induction", 128, None)) for label, (m, _) in RECALL_MODELS.items()]
 RECALL_LR_ROWS = [Row(f"{label} lr {lr}", f"{RECALL_CHECK} {recall_flags(m, lr)}")
-                  for label, (m, _) in RECALL_MODELS.items() for lr in ("3e-4", "1e-3", "3e-3")]
+                  for label, (m, _) in RECALL_MODELS.items() for lr in RECALL_LR_GRID]
+RECALL_LR_ROWS.append(Row("SimpleTRON pre-LN lr 1e-3", f"{RECALL_CHECK} {recall_flags('simpletron', '1e-3')} --norm pre"))
 
 
 def recall_check_rows():
@@ -618,7 +621,7 @@ TABLES = {
              "--model softmax --transfer_from out/exp/transfer/simpletron-s{SEED}/ckpt.pt")]),
     "recall": Table(
         "Multi-query associative recall (Zoology's MQAR; 100,000 training examples, vocabulary 128): 2 layers, "
-        "one head, widths 32, 64, 128, 3,000 steps of 4,096 tokens",
+        "one head, widths 16, 32, 64, 3,000 steps of 4,096 tokens",
         RECALL_RECIPE, RECALL_ROWS, prepare=lambda: recall_prepare(RECALL_ROWS), report=recall_report, doc=RECALL_MD),
     "recall-tasks": Table(
         "Selective copying (64 tokens, 8 data tokens) and induction heads (128 tokens), vocabulary 16: 2 layers, "
@@ -626,8 +629,8 @@ TABLES = {
         RECALL_RECIPE, RECALL_TASK_ROWS, prepare=lambda: recall_prepare(RECALL_TASK_ROWS), report=recall_report,
         doc=RECALL_MD),
     "recall-lr": Table(
-        "The learning-rate grid of the recall tables: MQAR at 64 tokens, 4 pairs, 64 wide, each model at 3e-4, 1e-3 "
-        "and 3e-3",
+        "The learning-rate grid of the recall tables: MQAR at 64 tokens, 4 pairs, 64 wide, each model at 2.5e-4, "
+        "5e-4, 1e-3 and 2e-3",
         RECALL_RECIPE, RECALL_LR_ROWS, doc=RECALL_MD),
     "recall-check": Table(
         "A new model's recall beside the GPT's: MQAR at 64 tokens, 4 pairs, 64 wide, the recall recipe",
