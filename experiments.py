@@ -514,6 +514,15 @@ RECALL_LR_ROWS = [Row(f"{label} lr {lr}", f"{RECALL_CHECK} {recall_flags(m, lr)}
 RECALL_LR_ROWS.append(Row("SimpleTRON pre-LN lr 1e-3", f"{RECALL_CHECK} {recall_flags('simpletron', '1e-3')} --norm pre"))
 
 
+def first_above(run_dirs, baselines):
+    """Per seed, the first evaluated step whose in-training val accuracy per answer reaches 50% and 99% (from
+    log.jsonl): when the model leaves the plateau of 1/P, and when it recalls; "never" where it does not."""
+    from curves import column, read_log
+    curves = [column(read_log(os.path.join(d, "log.jsonl"))["val"], "val_acc") for d in run_dirs]
+    return "; ".join(f"{level}%: " + " / ".join(f"{int(steps[acc >= level / 100][0]):,}" if (acc >= level / 100).any()
+                                                 else "never" for steps, acc in curves) for level in (50, 99))
+
+
 def recall_check_rows():
     """recall-check: every model of config.MODELS (one added by a fork too) at 64 tokens, 4 pairs, 64 wide; the
     row of model NAME is --rows NAME."""
@@ -632,6 +641,15 @@ TABLES = {
         "The learning-rate grid of the recall tables: MQAR at 64 tokens, 4 pairs, 64 wide, each model at 2.5e-4, "
         "5e-4, 1e-3 and 2e-3",
         RECALL_RECIPE, RECALL_LR_ROWS, doc=RECALL_MD),
+    "recall-plateau": Table(
+        "When the GPT leaves the plateau of 1/P: MQAR at 64 tokens, 4 pairs, 64 wide, one change a row, evaluated "
+        "every 100 steps",
+        RECALL_RECIPE.replace("--eval_interval 500", "--eval_interval 100"),
+        [Row(name, f"{RECALL_CHECK} {recall_flags('softmax', lr)}{extra}") for name, lr, extra in (
+            ("GPT lr 5e-4", "5e-4", ""), ("GPT lr 1e-3", "1e-3", ""),
+            ("GPT lr 5e-4, 20,000 training examples", "5e-4", " --recall_sizes 20000,1000,3000"),
+            ("GPT lr 1e-3, batch 32", "1e-3", " --batch_size 32"))],
+        column=("first step at 50% and at 99% val accuracy per answer, per seed", first_above), doc=RECALL_MD),
     "recall-check": Table(
         "A new model's recall beside the GPT's: MQAR at 64 tokens, 4 pairs, 64 wide, the recall recipe",
         RECALL_RECIPE, recall_check_rows(), doc=RECALL_MD),
@@ -762,7 +780,7 @@ def render(name, table, seeds, data_dir, baselines):
     lm = None
     lines = [f"**{table.title}.** Seeds {', '.join(map(str, seeds))}; mean ± standard deviation over the seeds. ",
              f"Reproduce (and rewrite this block): `python experiments.py {name}"
-             f"{' --data_dir DIR' if data_dir else ''}{' --bert_dir BERT' if any('{BERT}' in r.flags for r in table.rows) else ''}`. "
+             f"{'' if seeds == [0, 1, 2] else ' --seeds ' + ','.join(map(str, seeds))}{' --data_dir DIR' if data_dir else ''}{' --bert_dir BERT' if any('{BERT}' in r.flags for r in table.rows) else ''}`. "
              f"Common flags: `{table.common}`.", ""]
     rows, bpc = [], table.unit == "bpc"
     key, digits, scale = ("loss", 3, 1 / math.log(2)) if bpc else (None, 2, None)

@@ -269,3 +269,48 @@ def test_the_state_kept_while_generating_is_its_formula(model, extra, formula):
         c = {**config.MODELS[model][1], **extra, "vocab_size": 20, "block_size": 24, "n_layer": n, "n_head": H,
              "n_embd": D, "head": "lm"}
         assert experiments.state_floats(model, c, L) == formula(n, H, D, L), (model, n, H, D, L)
+
+
+# ----------------------------------------------------------------------------------------------
+# The tables: --rows, and the recall report from finished runs
+
+def test_rows_picks_a_subset_by_folder_name_or_pattern(capsys):
+    import experiments
+    table = experiments.TABLES["recall"]
+    rows = experiments.chosen_rows("recall", table, "gpt-d64-mqar-l64-p4, *-d16-mqar-l256-p32")
+    assert [experiments.slug(r.name) for r in rows] == [
+        "gpt-d64-mqar-l64-p4", "gpt-d16-mqar-l256-p32", "simpletron-d16-mqar-l256-p32",
+        "transject-d16-mqar-l256-p32", "diffeqformer-d16-mqar-l256-p32"]
+    with pytest.raises(SystemExit, match="no row of recall is called so"):
+        experiments.chosen_rows("recall", table, "gpt-d999")
+    check = experiments.TABLES["recall-check"]
+    assert [r.name for r in check.rows] == list(__import__("config").MODELS)      # a new model gets its row
+    assert all("--recall_len 64 --recall_pairs 4 --n_embd 64" in r.flags for r in check.rows)
+    assert "--model softmax --norm pre --n_head 1 --lr 5e-4" in check.rows[1].flags
+
+
+def test_the_recall_report_reads_every_run_and_draws_the_figure(tmp_path, monkeypatch):
+    import dataclasses
+    import json
+    import experiments
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(experiments, "RECALL_IMG", str(tmp_path / "fig.png"))
+    table = experiments.TABLES["recall"]
+    rows = experiments.chosen_rows("recall", table, "gpt-d16-mqar-l64-p4,simpletron-d32-mqar-l64-p4")
+    for i, row in enumerate(rows):
+        for s in (0, 1, 2):
+            width = 16 if i == 0 else 32
+            c = {"vocab_size": 128, "block_size": 64, "n_layer": 2, "n_head": 1, "n_embd": width, "head": "lm",
+                 **({"attention": "softmax", "variant": "vanilla", "norm": "pre"} if i == 0 else {})}
+            m = {"model": ["softmax", "simpletron"][i], "config": c, "args": {"task": "mqar", "recall_pairs": 4},
+                 "test_acc": 0.5 + 0.1 * s + 0.3 * i, "test_acc_example": 0.1 * s, "seconds": 360, "machine": "M"}
+            for d, value in ((experiments.run_dir("recall", row, s), m),
+                             (experiments.eval_dir("recall", row, row.evals[0][0], s), {**m, "test_acc": 0.25})):
+                os.makedirs(d)
+                with open(os.path.join(d, "metrics.json"), "w") as f:
+                    json.dump(value, f)
+    text = experiments.recall_report("recall", dataclasses.replace(table, rows=rows), [0, 1, 2])
+    lines = text.splitlines()
+    assert "| mqar | 64 | 4 | 16 | GPT | 4,096 | 60.00 ± 10.00 | 10.00 ± 10.00 | 25.00 ± 0.00 |" in lines
+    assert "| mqar | 64 | 4 | 32 | SimpleTRON | 2,048 | 90.00 ± 10.00 | 10.00 ± 10.00 | 25.00 ± 0.00 |" in lines
+    assert "Machine: M. The runs took 0.6 h together" in text and os.path.getsize(tmp_path / "fig.png") > 10_000
