@@ -16,7 +16,7 @@ WIDTHS=${WIDTHS:-"64 128 256 512"}; SETTINGS=${SETTINGS:-"64,4 128,8 256,16 512,
 PY=${PYTHON:-python}
 mkdir -p "$OUT/runs"
 for s in $SETTINGS; do                                       # the data first, one setting a process
-    "$PY" -m tasks.recall mqar --recall_len "${s%,*}" --recall_pairs "${s#*,}" --recall_vocab "$VOCAB" \
+    "$PY" -m tasks.recall --task mqar --recall_len "${s%,*}" --recall_pairs "${s#*,}" --recall_vocab "$VOCAB" \
         --recall_sizes "$SIZES" --cache_dir "$OUT/data" > /dev/null &
 done
 wait

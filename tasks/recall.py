@@ -8,14 +8,13 @@ Recall: three synthetic language-model tasks that ask what a sequence mixer can 
 
 Every example is a row of token ids x (L,) and a row of targets y (L,) that is -1 except at the answer positions:
 the loss (the models' cross-entropy ignores -1) and the accuracy count only the answers. Token 0 is padding and is
-never used. Each split is one fixed draw from its own seed (train 0, val 1, test 2 under the task's --recall_seed,
-as ListOps: every run of a setting sees the same examples), cached under data/recall/; --data_dir reads examples
+never used. Each split is one fixed draw from its own seed (train 0, val 1, test 2, as
+ListOps: every run of a setting sees the same examples), cached under data/recall/; --data_dir reads examples
 made elsewhere from a plain file (docs/tasks.md: one example a line, input ids, a tab, the targets with - where
 there is no answer).
 """
 
 import os
-import sys
 
 import numpy as np
 
@@ -150,6 +149,7 @@ GENERATORS = {"mqar": mqar, "copy": selective_copy, "induction": induction}
 # vocabulary of 16 for copying and induction
 DEFAULTS = {"mqar": dict(length=64, pairs=4, vocab=128), "copy": dict(length=64, pairs=4, vocab=16),
             "induction": dict(length=64, pairs=None, vocab=16)}
+RECALL_MOST_LEN, RECALL_MOST_BYTES = 16_384, 4 * 2**30   # a setting's bounds: the arrays made in memory (int64)
 SIZES = (100_000, 1_000, 3_000)            # train, val, test examples; Zoology's MQAR: 100,000 and 3,000
 SPLITS = ("train", "val", "test")          # drawn from the seeds 0, 1, 2
 FORMAT = ("one example a line: the input ids separated by spaces, a tab, then as many targets, each an id or - "
@@ -184,6 +184,10 @@ def setting(name, recall_len=None, recall_pairs=None, recall_vocab=None, recall_
         raise DataError(f"--recall_pairs {pairs}: allowed is an integer >= 1")
     if vocab > 65535:
         raise DataError(f"--recall_vocab {vocab}: allowed is at most 65535")
+    if length > RECALL_MOST_LEN or 16 * sum(sizes) * length > RECALL_MOST_BYTES:
+        raise DataError(f"{name}: --recall_sizes {','.join(map(str, sizes))} of --recall_len {length} tokens: allowed "
+                        f"are {RECALL_MOST_LEN:,} tokens and {RECALL_MOST_BYTES / 2**30:g} GiB of examples "
+                        "(examples x tokens x 16 bytes) at most; the default 104,000 of 64 tokens take 0.1 GiB")
     min_len, min_vocab, what = {"mqar": (4 * (pairs or 0), 2 * (pairs or 0) + 2, f"{pairs} pairs"),
                                 "copy": (2 * (pairs or 0) + 1, 4, f"{pairs} data tokens"),
                                 "induction": (3, 3, "its trigger")}[name]
@@ -297,22 +301,25 @@ def load(folder, split):
         return tuple(np.load(os.path.join(folder, f"{split}.{a}.npy"), mmap_mode="r") for a in ("x", "y"))
 
 
+HELP = {"recall_len": "tokens per example (default 64)",
+        "recall_pairs": "mqar: key-value pairs (default 4); copy: data tokens to copy (default 4)",
+        "recall_vocab": "the vocabulary, ids 1..V-1 (default: mqar 128, copy and induction 16)",
+        "recall_sizes": "TRAIN,VAL,TEST numbers of examples (default 100000,1000,3000)",
+        "txt": "also write the splits as train.txt, val.txt and test.txt (the plain format of docs/tasks.md) into "
+               "the cache folder"}
+
+
 def _loader(name):
     def load_recall(cache_dir="data", data_dir=None, block_size=None, recall_len=None, recall_pairs=None,
                     recall_vocab=None, recall_sizes=None, txt=False, **_):
         return recall_task(name, cache_dir, data_dir, block_size, recall_len, recall_pairs, recall_vocab,
                            recall_sizes, txt)
     load_recall.__doc__ = f"The {name} task (tasks/recall.py): generated, or --data_dir's plain files."
-    return task(name)(load_recall)
+    return task(name, help=HELP)(load_recall)
 
 
 mqar_task, copy_task, induction_task = map(_loader, GENERATORS)
 
 
-if __name__ == "__main__":                                   # python -m tasks.recall NAME: prepare its files alone
-    if len(sys.argv) < 2 or sys.argv[1] not in GENERATORS:
-        print(f"error: name the task: python -m tasks.recall {{{','.join(GENERATORS)}}} [--recall_len ...] [--txt] "
-              "(--help lists the flags)", file=sys.stderr)
-        sys.exit(2)
-    prepare_main(sys.argv[1], sys.argv[2:], help={"txt": "also write the splits as train.txt, val.txt and test.txt "
-                                                         "(the plain format of docs/tasks.md) into the cache folder"})
+if __name__ == "__main__":                                   # python -m tasks.recall --task mqar: prepare its files alone
+    prepare_main("tasks.recall")
