@@ -330,7 +330,8 @@ def recall_prepare(rows):
 
 
 def recall_cells(name, table, seeds):
-    """Per row: (model, task, length, pairs, width, state floats, [test acc per answer], [per example], [held-out])."""
+    """Per row: (model, task, length, pairs, width, state floats, [test acc per answer], [per example], [held-out],
+    [per seed: the steps at which training accuracy reaches 50% and 99%])."""
     out = []
     for row in table.rows:
         ms = [load_metrics(run_dir(name, row, s)) for s in seeds]
@@ -338,7 +339,8 @@ def recall_cells(name, table, seeds):
         a, c = ms[0]["args"], ms[0]["config"]
         out.append((row.name.split(" d")[0], a["task"], c["block_size"], a.get("recall_pairs"), c["n_embd"],
                     state_floats(ms[0]["model"], c, c["block_size"]), [100 * m["test_acc"] for m in ms],
-                    [100 * m["test_acc_example"] for m in ms], [100 * h["test_acc"] for h in hs]))
+                    [100 * m["test_acc_example"] for m in ms], [100 * h["test_acc"] for h in hs],
+                    [phase_steps(run_dir(name, row, s)) for s in seeds]))
     return out
 
 
@@ -348,18 +350,21 @@ def recall_report(name, table, seeds):
     cells = recall_cells(name, table, seeds)
     lines = [f"**{table.title}.** Seeds {', '.join(map(str, seeds))}; test accuracy (%), mean ± standard deviation "
              "over the seeds: per answer token, per example (every answer right), and per answer token on 3,000 "
-             "held-out examples of a second generator (experiments/heldout_recall.py).",
+             "held-out examples of a second generator (experiments/heldout_recall.py); the steps at which the mean "
+             "training accuracy per answer over 50 steps first reaches 50% (off the plateau of 1/P) and 99%, per seed "
+             "(– never).",
              f"Reproduce (and rewrite this block): `python experiments.py {name} --jobs 2`. Common flags: "
              f"`{table.common}`; each row adds its own (`python experiments.py --list {name}`).", "",
              "| task | length | pairs | width | model | state (floats) | test, per answer | test, per example | "
-             "held-out, per answer |", "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
-    for model, task, length, pairs, width, state, acc, ex, held in cells:
+             "held-out, per answer | steps to 50% | steps to 99% |", "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for model, task, length, pairs, width, state, acc, ex, held, phase in cells:
+        steps = [" / ".join("–" if p[i] is None else f"{p[i]:,}" for p in phase) for i in (0, 1)]
         lines.append(f"| {task} | {length} | {pairs or '–'} | {width} | {model} | {state:,} | {mean_std(acc, 2)} | "
-                     f"{mean_std(ex, 2)} | {mean_std(held, 2)} |")
+                     f"{mean_std(ex, 2)} | {mean_std(held, 2)} | {steps[0]} | {steps[1]} |")
     runs = [run_dir(name, r, s) for r in table.rows for s in seeds]
     hours = sum(load_metrics(d).get("seconds", 0) for d in runs) / 3600
     lines += ["", f"Machine: {run_machine(runs)}. The runs took {hours:.1f} h together (each run's seconds)."]
-    if name == "recall":
+    if name == "recall" and table.rows == TABLES[name].rows:       # the whole table, not --rows: the figure too
         recall_figure(cells, RECALL_IMG)
         lines.append(f"The figure: [{os.path.relpath(RECALL_IMG, os.path.dirname(RECALL_MD))}]"
                      f"({os.path.relpath(RECALL_IMG, os.path.dirname(RECALL_MD))}).")
@@ -372,8 +377,9 @@ def recall_figure(cells, png):
     from matplotlib.figure import Figure
     import data
     settings = list(dict.fromkeys((task, length, pairs) for _, task, length, pairs, *_ in cells))
-    fig = Figure(figsize=(3.4 * len(settings), 3.6))
-    fig.subplots_adjust(left=0.06, right=0.99, top=0.86, bottom=0.27, wspace=0.25)
+    width = max(6.4, 3.4 * len(settings))                    # inches: one panel as wide as the title and legend
+    fig = Figure(figsize=(width, 3.8))
+    fig.subplots_adjust(left=0.65 / width, right=1 - 0.1 / width, top=0.86, bottom=0.27, wspace=0.25)
     axes = fig.subplots(1, len(settings), squeeze=False)[0]
     models = list(dict.fromkeys(c[0] for c in cells))
     for ax, (task, length, pairs) in zip(axes, settings):
@@ -383,12 +389,17 @@ def recall_figure(cells, png):
             x, y, lo, hi = map(np.array, zip(*pts))
             ax.errorbar(x, y, yerr=[y - lo, hi - y], marker="osD^"[i % 4], ms=5, capsize=2, label=model,
                         color=f"C{i}")
+        if pairs:                                            # the plateau: a value of the context, not the asked one
+            ax.axhline(100 / pairs, color="gray", ls=":", lw=1)
+            ax.annotate(f"1/P = {100 / pairs:g}%", (0.01, 100 / pairs + 1.5), xycoords=("axes fraction", "data"),
+                        color="gray", fontsize=8)
         ax.set(xscale="log", ylim=(-3, 103), title=f"{task}: {length} tokens" + (f", {pairs} pairs" if pairs else ""),
                xlabel="state kept while generating (floats)")
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("test accuracy per answer (%)")
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=len(models), frameon=False)
-    fig.suptitle("Recall against the state each model keeps (one point per width: 16, 32, 64)")
+    widths = ", ".join(map(str, sorted({c[4] for c in cells})))
+    fig.suptitle(f"Recall against the state each model keeps (one point per width: {widths})")
     data.atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=100))
 
 
@@ -496,6 +507,7 @@ RECALL_LR = {"softmax": "5e-4", "simpletron": "5e-4", "transject": "2e-3", "diff
 RECALL_LR_GRID = ("2.5e-4", "5e-4", "1e-3", "2e-3")
 RECALL_SETTINGS = ((64, 4), (128, 8), (256, 16), (256, 32))         # Zoology's three, and 32 pairs in 256 tokens
 RECALL_WIDTHS = (16, 32, 64)
+RECALL_RUN = (((64, 4),), (32, 64))          # the part of the grid that table recall runs: settings, widths
 RECALL_CHECK = "--task mqar --recall_len 64 --recall_pairs 4 --n_embd 64 --batch_size 64"
 
 
@@ -505,8 +517,12 @@ def recall_flags(model, lr=None):
     return f"--model {model}{' ' * bool(extra)}{extra} --lr {lr or RECALL_LR.get(model, '1e-3')}"
 
 
-RECALL_ROWS = [recall_row(label, recall_flags(m), "mqar", L, P, w)
-               for L, P in RECALL_SETTINGS for w in RECALL_WIDTHS for label, (m, _) in RECALL_MODELS.items()]
+def recall_rows(settings, widths):
+    return [recall_row(label, recall_flags(m), "mqar", L, P, w)
+            for L, P in settings for w in widths for label, (m, _) in RECALL_MODELS.items()]
+
+
+RECALL_ROWS, RECALL_GRID_ROWS = recall_rows(*RECALL_RUN), recall_rows(RECALL_SETTINGS, RECALL_WIDTHS)
 RECALL_TASK_ROWS = [recall_row(label, recall_flags(m), task, L, P, 64)
                     for task, L, P in (("copy", 64, 8), ("induction", 128, None)) for label, (m, _) in RECALL_MODELS.items()]
 RECALL_LR_ROWS = [Row(f"{label} lr {lr}", f"{RECALL_CHECK} {recall_flags(m, lr)}")
@@ -514,13 +530,13 @@ RECALL_LR_ROWS = [Row(f"{label} lr {lr}", f"{RECALL_CHECK} {recall_flags(m, lr)}
 RECALL_LR_ROWS.append(Row("SimpleTRON pre-LN lr 1e-3", f"{RECALL_CHECK} {recall_flags('simpletron', '1e-3')} --norm pre"))
 
 
-def first_above(run_dirs, baselines):
-    """Per seed, the first evaluated step whose in-training val accuracy per answer reaches 50% and 99% (from
-    log.jsonl): when the model leaves the plateau of 1/P, and when it recalls; "never" where it does not."""
-    from curves import column, read_log
-    curves = [column(read_log(os.path.join(d, "log.jsonl"))["val"], "val_acc") for d in run_dirs]
-    return "; ".join(f"{level}%: " + " / ".join(f"{int(steps[acc >= level / 100][0]):,}" if (acc >= level / 100).any()
-                                                 else "never" for steps, acc in curves) for level in (50, 99))
+def phase_steps(run_dir, levels=(0.5, 0.99), window=50):
+    """The steps at which a run's training accuracy per answer (log.jsonl, its mean over the last `window` steps)
+    first reaches each level: when it leaves the plateau of 1/P, and when it recalls; None where it never does."""
+    from curves import column, moving_average, read_log
+    steps, acc = column(read_log(os.path.join(run_dir, "log.jsonl"))["train"], "acc")
+    mean = moving_average(acc, window)
+    return [int(steps[mean >= level][0]) if (mean >= level).any() else None for level in levels]
 
 
 def recall_check_rows():
@@ -629,9 +645,14 @@ TABLES = {
          Row("softmax with SimpleTRON's q/k/v, frozen",
              "--model softmax --transfer_from out/exp/transfer/simpletron-s{SEED}/ckpt.pt")]),
     "recall": Table(
-        "Multi-query associative recall (Zoology's MQAR; 100,000 training examples, vocabulary 128): 2 layers, "
-        "one head, widths 16, 32, 64, 3,000 steps of 4,096 tokens",
+        "Multi-query associative recall (Zoology's MQAR; 100,000 training examples, vocabulary 128) at 64 tokens, "
+        "4 pairs: 2 layers, one head, widths 32 and 64, 3,000 steps of 4,096 tokens",
         RECALL_RECIPE, RECALL_ROWS, prepare=lambda: recall_prepare(RECALL_ROWS), report=recall_report, doc=RECALL_MD),
+    "recall-grid": Table(
+        "MQAR over Zoology's settings (64, 4), (128, 8), (256, 16) and (256 tokens, 32 pairs): 2 layers, one head, "
+        "widths 16, 32, 64, 3,000 steps of 4,096 tokens",
+        RECALL_RECIPE, RECALL_GRID_ROWS, prepare=lambda: recall_prepare(RECALL_GRID_ROWS), report=recall_report,
+        doc=RECALL_MD),
     "recall-tasks": Table(
         "Selective copying (64 tokens, 8 data tokens) and induction heads (128 tokens), vocabulary 16: 2 layers, "
         "64 wide, 3,000 steps of 4,096 tokens",
@@ -641,15 +662,6 @@ TABLES = {
         "The learning-rate grid of the recall tables: MQAR at 64 tokens, 4 pairs, 64 wide, each model at 2.5e-4, "
         "5e-4, 1e-3 and 2e-3",
         RECALL_RECIPE, RECALL_LR_ROWS, doc=RECALL_MD),
-    "recall-plateau": Table(
-        "When the GPT leaves the plateau of 1/P: MQAR at 64 tokens, 4 pairs, 64 wide, one change a row, evaluated "
-        "every 100 steps",
-        RECALL_RECIPE.replace("--eval_interval 500", "--eval_interval 100"),
-        [Row(name, f"{RECALL_CHECK} {recall_flags('softmax', lr)}{extra}") for name, lr, extra in (
-            ("GPT lr 5e-4", "5e-4", ""), ("GPT lr 1e-3", "1e-3", ""),
-            ("GPT lr 5e-4, 20,000 training examples", "5e-4", " --recall_sizes 20000,1000,3000"),
-            ("GPT lr 1e-3, batch 32", "1e-3", " --batch_size 32"))],
-        column=("first step at 50% and at 99% val accuracy per answer, per seed", first_above), doc=RECALL_MD),
     "recall-check": Table(
         "A new model's recall beside the GPT's: MQAR at 64 tokens, 4 pairs, 64 wide, the recall recipe",
         RECALL_RECIPE, recall_check_rows(), doc=RECALL_MD),
@@ -694,6 +706,7 @@ def run_all(cmds, jobs):
     """Run the commands not yet done, `jobs` at a time (each with cores // jobs threads). An evaluation of a
     checkpoint waits until the run that writes it has finished."""
     todo = [(d, a) for d, a in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]
+    todo.sort(key=lambda c: "--init_from" in c[1])         # evaluations last: none holds a slot while its run trains
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // jobs)))
     running = []                                             # (out_dir, process)
     try:
@@ -901,15 +914,17 @@ def check(a):
         raise UsageError(f"{RESULTS_MD} cannot be written: "
                          f"{data.writable_problem(os.path.dirname(RESULTS_MD)) or 'it is a folder'}")
     if a.report_only:
-        dirs = [d for d, _ in commands(name, TABLES[name], [int(s) for s in seeds], a.data_dir, a.bert_dir)]
+        cmds = commands(name, TABLES[name], [int(s) for s in seeds], a.data_dir, a.bert_dir)
+        dirs = [d for d, _ in cmds]
         missing = [d for d in dirs if not os.path.lexists(os.path.join(d, "metrics.json"))]
         if missing:
             raise UsageError(f"--report_only: {len(missing)} of {len(dirs)} runs have not finished (no "
                              f"{os.path.join(missing[0], 'metrics.json')}): run python experiments.py {name} "
                              f"--seeds {a.seeds} first")
-        for d in dirs:                                       # train.py's, with what every table reads
-            if not all(isinstance(load_metrics(d).get(k), (int, float)) for k in ("val_loss", "n_params")):
-                raise UsageError(f"{d}/metrics.json has no val_loss or n_params: not a train.py run's; delete {d} "
+        for d, argv in cmds:                                 # train.py's, with what every table reads (an
+            keys = ("test_loss",) if "--init_from" in argv else ("val_loss", "n_params")     # evaluation: its test)
+            if not all(isinstance(load_metrics(d).get(k), (int, float)) for k in keys):
+                raise UsageError(f"{d}/metrics.json has no {' or '.join(keys)}: not a train.py run's; delete {d} "
                                  "and run its table again")
     return [int(s) for s in seeds]
 

@@ -276,13 +276,15 @@ def test_the_state_kept_while_generating_is_its_formula(model, extra, formula):
 
 def test_rows_picks_a_subset_by_folder_name_or_pattern(capsys):
     import experiments
-    table = experiments.TABLES["recall"]
-    rows = experiments.chosen_rows("recall", table, "gpt-d64-mqar-l64-p4, *-d16-mqar-l256-p32")
+    table = experiments.TABLES["recall-grid"]
+    rows = experiments.chosen_rows("recall-grid", table, "gpt-d64-mqar-l64-p4, *-d16-mqar-l256-p32")
     assert [experiments.slug(r.name) for r in rows] == [
         "gpt-d64-mqar-l64-p4", "gpt-d16-mqar-l256-p32", "simpletron-d16-mqar-l256-p32",
         "transject-d16-mqar-l256-p32", "diffeqformer-d16-mqar-l256-p32"]
-    with pytest.raises(SystemExit, match="no row of recall is called so"):
-        experiments.chosen_rows("recall", table, "gpt-d999")
+    with pytest.raises(SystemExit, match="no row of recall-grid is called so"):
+        experiments.chosen_rows("recall-grid", table, "gpt-d999")
+    assert [experiments.slug(r.name) for r in experiments.TABLES["recall"].rows] == [
+        f"{m}-d{w}-mqar-l64-p4" for w in (32, 64) for m in ("gpt", "simpletron", "transject", "diffeqformer")]
     check = experiments.TABLES["recall-check"]
     assert [r.name for r in check.rows] == list(__import__("config").MODELS)      # a new model gets its row
     assert all("--recall_len 64 --recall_pairs 4 --n_embd 64" in r.flags for r in check.rows)
@@ -296,10 +298,10 @@ def test_the_recall_report_reads_every_run_and_draws_the_figure(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(experiments, "RECALL_IMG", str(tmp_path / "fig.png"))
     table = experiments.TABLES["recall"]
-    rows = experiments.chosen_rows("recall", table, "gpt-d16-mqar-l64-p4,simpletron-d32-mqar-l64-p4")
+    rows = experiments.chosen_rows("recall", table, "gpt-d32-mqar-l64-p4,simpletron-d64-mqar-l64-p4")
     for i, row in enumerate(rows):
         for s in (0, 1, 2):
-            width = 16 if i == 0 else 32
+            width = 32 if i == 0 else 64
             c = {"vocab_size": 128, "block_size": 64, "n_layer": 2, "n_head": 1, "n_embd": width, "head": "lm",
                  **({"attention": "softmax", "variant": "vanilla", "norm": "pre"} if i == 0 else {})}
             m = {"model": ["softmax", "simpletron"][i], "config": c, "args": {"task": "mqar", "recall_pairs": 4},
@@ -309,8 +311,18 @@ def test_the_recall_report_reads_every_run_and_draws_the_figure(tmp_path, monkey
                 os.makedirs(d)
                 with open(os.path.join(d, "metrics.json"), "w") as f:
                     json.dump(value, f)
-    text = experiments.recall_report("recall", dataclasses.replace(table, rows=rows), [0, 1, 2])
+            with open(os.path.join(experiments.run_dir("recall", row, s), "log.jsonl"), "w") as f:
+                for step in range(1, 101):                   # 25% until step 10 * (s + 1), then 100% (row 0 only)
+                    acc = 1.0 if i == 0 and step > 10 * (s + 1) else 0.25
+                    f.write(json.dumps({"step": step, "loss": 1.0, "acc": acc}) + "\n")
+    assert "The figure" not in experiments.recall_report("recall", dataclasses.replace(table, rows=rows), [0, 1, 2])
+    assert not os.path.exists(tmp_path / "fig.png")          # --rows: the docs and the figure as they are
+    monkeypatch.setitem(experiments.TABLES, "recall", dataclasses.replace(table, rows=rows))
+    text = experiments.recall_report("recall", experiments.TABLES["recall"], [0, 1, 2])
     lines = text.splitlines()
-    assert "| mqar | 64 | 4 | 16 | GPT | 4,096 | 60.00 ± 10.00 | 10.00 ± 10.00 | 25.00 ± 0.00 |" in lines
-    assert "| mqar | 64 | 4 | 32 | SimpleTRON | 2,048 | 90.00 ± 10.00 | 10.00 ± 10.00 | 25.00 ± 0.00 |" in lines
+    # seed s: 25% for n = 10(s + 1) steps, then 100%. The mean of the first t <= 50 steps, (0.25 n + t - n) / t,
+    # reaches 50% at t = 1.5 n (15, 30, 45); 99% needs a whole window of 100%: step n + 50 (60, 70, 80)
+    assert ("| mqar | 64 | 4 | 32 | GPT | 8,192 | 60.00 ± 10.00 | 10.00 ± 10.00 | 25.00 ± 0.00 | 15 / 30 / 45 | "
+            "60 / 70 / 80 |") in lines
+    assert "| mqar | 64 | 4 | 64 | SimpleTRON | 8,192 | 90.00 ± 10.00 | 10.00 ± 10.00 | 25.00 ± 0.00 | – / – / – | – / – / – |" in lines
     assert "Machine: M. The runs took 0.6 h together" in text and os.path.getsize(tmp_path / "fig.png") > 10_000
