@@ -326,3 +326,32 @@ def test_the_recall_report_reads_every_run_and_draws_the_figure(tmp_path, monkey
             "60 / 70 / 80 |") in lines
     assert "| mqar | 64 | 4 | 64 | SimpleTRON | 8,192 | 90.00 ± 10.00 | 10.00 ± 10.00 | 25.00 ± 0.00 | – / – / – | – / – / – |" in lines
     assert "Machine: M. The runs took 0.6 h together" in text and os.path.getsize(tmp_path / "fig.png") > 10_000
+
+
+def test_evaluations_wait_for_their_run_without_holding_a_slot(tmp_path, monkeypatch):
+    import experiments
+    launched, running = [], []
+
+    class Run:                                               # a run that is still going at its first poll
+        def __init__(self, argv, **kw):
+            self.out = argv[argv.index("--out_dir") + 1]
+            self.polls, self.returncode = 0, None
+            launched.append((os.path.basename(self.out), [os.path.basename(r.out) for r in running]))
+            running.append(self)
+
+        def poll(self):
+            self.polls += 1
+            if self.polls < 2:
+                return None
+            running.remove(self)
+            open(os.path.join(self.out, "metrics.json"), "w").write("{}")
+            self.returncode = 0
+            return 0
+    monkeypatch.setattr(experiments.subprocess, "Popen", Run)
+    monkeypatch.setattr(experiments.time, "sleep", lambda s: None)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    cmds = [(a, f"--out_dir {a}"), (a + "-e", f"--init_from {a}/ckpt.pt --out_dir {a}-e"),
+            (b, f"--out_dir {b}"), (b + "-e", f"--init_from {b}/ckpt.pt --out_dir {b}-e")]
+    experiments.run_all(cmds, 2)
+    # b starts beside a (a's evaluation does not block the second slot); each evaluation after its run is done
+    assert launched == [("a", []), ("b", ["a"]), ("a-e", []), ("b-e", ["a-e"])]
