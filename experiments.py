@@ -353,7 +353,8 @@ def recall_report(name, table, seeds):
              "held-out examples of a second generator (experiments/heldout_recall.py); the steps at which the mean "
              "training accuracy per answer over 50 steps first reaches 50% (off the plateau of 1/P) and 99%, per seed "
              "(– never).",
-             f"Reproduce (and rewrite this block): `python experiments.py {name} --jobs 2`. Common flags: "
+             f"Reproduce (and rewrite this block): `python experiments.py {name}"
+             f"{'' if seeds == [0, 1, 2] else ' --seeds ' + ','.join(map(str, seeds))} --jobs 2`. Common flags: "
              f"`{table.common}`; each row adds its own (`python experiments.py --list {name}`).", "",
              "| task | length | pairs | width | model | state (floats) | test, per answer | test, per example | "
              "held-out, per answer | steps to 50% | steps to 99% |", "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
