@@ -860,10 +860,10 @@ def chosen_rows(name, table, wanted):
     names = [w.strip() for w in wanted.split(",") if w.strip()]
     for w in names:
         if not any(fnmatch.fnmatchcase(slug(r.name), w) for r in table.rows):
-            sys.exit(f"error: --rows {w}: no row of {name} is called so; python experiments.py --list {name} "
+            raise UsageError(f"--rows {w}: no row of {name} is called so; python experiments.py --list {name} "
                      "names them")
     if not names:
-        sys.exit("error: --rows needs NAME,... (python experiments.py --list TABLE names the rows)")
+        raise UsageError("--rows needs NAME,... (python experiments.py --list TABLE names the rows)")
     return [r for r in table.rows if any(fnmatch.fnmatchcase(slug(r.name), w) for w in names)]
 
 

@@ -281,7 +281,7 @@ def test_rows_picks_a_subset_by_folder_name_or_pattern(capsys):
     assert [experiments.slug(r.name) for r in rows] == [
         "gpt-d64-mqar-l64-p4", "gpt-d16-mqar-l256-p32", "simpletron-d16-mqar-l256-p32",
         "transject-d16-mqar-l256-p32", "diffeqformer-d16-mqar-l256-p32"]
-    with pytest.raises(SystemExit, match="no row of recall-grid is called so"):
+    with pytest.raises(experiments.UsageError, match="no row of recall-grid is called so"):
         experiments.chosen_rows("recall-grid", table, "gpt-d999")
     assert [experiments.slug(r.name) for r in experiments.TABLES["recall"].rows] == [
         f"{m}-d{w}-mqar-l64-p4" for w in (32, 64) for m in ("gpt", "simpletron", "transject", "diffeqformer")]
@@ -355,3 +355,31 @@ def test_evaluations_wait_for_their_run_without_holding_a_slot(tmp_path, monkeyp
     experiments.run_all(cmds, 2)
     # b starts beside a (a's evaluation does not block the second slot); each evaluation after its run is done
     assert launched == [("a", []), ("b", ["a"]), ("a-e", []), ("b-e", ["a-e"])]
+
+
+def test_report_only_reads_an_evaluation_that_has_a_test_split_only(tmp_path, monkeypatch):
+    import dataclasses
+    import json
+    import experiments
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(experiments, "RECALL_IMG", str(tmp_path / "fig.png"))
+    row = experiments.TABLES["recall"].rows[0]                  # the GPT, 32 wide
+    monkeypatch.setitem(experiments.TABLES, "recall", dataclasses.replace(
+        experiments.TABLES["recall"], rows=[row], doc=str(tmp_path / "recall.md")))
+    c = {"vocab_size": 128, "block_size": 64, "n_layer": 2, "n_head": 1, "n_embd": 32, "head": "lm",
+         "attention": "softmax", "variant": "vanilla", "norm": "pre"}
+    m = {"model": "softmax", "config": c, "args": {"task": "mqar", "recall_pairs": 4}, "test_acc": 0.5,
+         "test_acc_example": 0.25, "test_loss": 1.0, "seconds": 60, "machine": "M"}
+    run, held = experiments.run_dir("recall", row, 0), experiments.eval_dir("recall", row, row.evals[0][0], 0)
+    for d, value in ((run, {**m, "val_loss": 1.0, "n_params": 10}), (held, m)):   # an evaluation: test only
+        os.makedirs(d)
+        with open(os.path.join(d, "metrics.json"), "w") as f:
+            json.dump(value, f)
+    with open(os.path.join(run, "log.jsonl"), "w") as f:
+        f.write(json.dumps({"step": 1, "loss": 1.0, "acc": 0.25}) + "\n")
+    experiments.main(["recall", "--report_only", "--seeds", "0"])
+    assert "| mqar | 64 | 4 | 32 | GPT | 8,192 | 50.00 ± 0.00 |" in (tmp_path / "recall.md").read_text()
+    with open(os.path.join(held, "metrics.json"), "w") as f:
+        json.dump({k: v for k, v in m.items() if k != "test_loss"}, f)
+    with pytest.raises(experiments.UsageError, match="has no test_loss"):
+        experiments.main(["recall", "--report_only", "--seeds", "0"])
