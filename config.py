@@ -207,9 +207,16 @@ FLAGS = [
     ("listops_len", str, "500,2000", "ListOps generator: keep trees with MIN < length < MAX tokens, brackets not "
                                      "counted (LRA: 500,2000); also the default block_size."),
     ("listops_sizes", str, "96000,2000,2000", "ListOps generator: TRAIN,VAL,TEST numbers of trees."),
+    ("recall_len", int, None, "mqar, copy, induction: tokens per example, also the default block_size (none: 64)."),
+    ("recall_pairs", int, None, "mqar: key-value pairs per example; copy: data tokens to copy (none: 4)."),
+    ("recall_vocab", int, None, "mqar, copy, induction: the vocabulary, ids 1..V-1 (none: mqar 128, copy and "
+                                "induction 16)."),
+    ("recall_sizes", str, None, "mqar, copy, induction: TRAIN,VAL,TEST numbers of examples (none: 100000,1000,3000)."),
 ]
 DEFAULTS = {name: default for name, _, default, _ in FLAGS}
 LISTOPS_FLAGS = ("listops_depth", "listops_args", "listops_len", "listops_sizes")
+RECALL_FLAGS = ("recall_len", "recall_pairs", "recall_vocab", "recall_sizes")
+TASK_FLAGS = LISTOPS_FLAGS + RECALL_FLAGS          # the generated tasks' own flags, passed to every task's loader
 # Config fields a model keeps for the common interface but does not use: no flags of that model
 UNUSED_FIELDS = {"transject": {"n_head": "TransJect has no attention heads (its --n_experts take their place)"}}
 

@@ -103,13 +103,15 @@ def draw_row(axes, i, logs, metric):
             axes[0].plot(*train[0], color=look(i)["color"], lw=0.5, alpha=0.3)
         draw(axes[0], seed_band([(s, moving_average(v, w)) for s, v in train]), 1, dict(look(i), marker=None))
     last, own = {}, metric_of(logs)
-    for key, ax, scale in [("val_loss", axes[0], 1)] + ([(own[0], axes[1], own[2])] if own else []):
+    answers = own is not None and own[0] == "val_acc" and any("val_acc_example" in r for g in logs for r in g["val"])
+    for key, ax, scale in ([("val_loss", axes[0], 1)] + ([(own[0], axes[1], own[2])] if own else []) +
+                           [("val_acc_example", axes[1], 100)] * answers):   # recall: per example too, dashed
         series = [column(log["val"], key) for log in logs]
         band = seed_band(series) if all(len(s) for s, _ in series) else np.empty((4, 0))
         if not band.shape[1]:
             continue
         if ax is axes[0] or own == metric:                   # panel 2 holds one metric (acc, among classifiers)
-            draw(ax, band, scale, dict(look(i), ls=":" if ax is axes[0] else "-"))
+            draw(ax, band, scale, dict(look(i), ls=":" if ax is axes[0] else "--" if key.endswith("example") else "-"))
         last[key] = {"step": int(band[0, -1]), **dict(zip(("mean", "min", "max"), band[1:, -1].tolist()))}
     return last
 
@@ -137,6 +139,8 @@ def draw_rows(rows, title, png_path, short_steps=0, resumed=()):
     if lm:                                                    # ticks around every value drawn, bands included
         axes[1].set_yscale("log")
         log_ticks(axes[1], "y", axes[1].dataLim.intervaly)
+    if any("val_acc_example" in r for logs in rows.values() for log in logs for r in log["val"]):
+        metric = (*metric[:1], "val accuracy (%): per answer, per example (dashed)", *metric[2:])
     for ax, ylabel in zip(axes, ("loss (cross-entropy, nats)", metric[1] if metric else "no evaluation yet")):
         if short_steps > 0 and not lm:
             ax.axvspan(0, short_steps, color="0.5", alpha=0.15, lw=0, label=f"steps 1-{short_steps}: prefixes")

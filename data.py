@@ -168,7 +168,7 @@ def prepare_main(module, check_tokenizer=None, argv=None):
                 split = split.full()
             sizes.append(f"{s} {len(split.stream) if isinstance(split, LMSplit) else len(split):,}")
         folders = sorted({os.path.dirname(p) for p in task.sources.values() if os.path.isdir(os.path.dirname(p))})
-        print(f"{name}: {', '.join(sizes)} {'tokens' if task.kind == 'lm' else 'examples'}, in "
+        print(f"{name}: {', '.join(sizes)} {'tokens' if isinstance(split, LMSplit) else 'examples'}, in "
               f"{', '.join(folders) or os.path.join(kw.get('cache_dir', 'data'), name)}")
     run_main(prepare)
 
@@ -296,6 +296,37 @@ class LMSplit:
         starts = np.arange(len(self)) * self.block_size
         for i in range(0, len(starts), batch_size):
             yield self._windows(starts[i:i + batch_size])
+
+    def tokens_in(self, x):
+        return x.numel()
+
+
+class AnswerSplit:
+    """N fixed language-model examples whose targets count only at answer positions (tasks/recall.py): inputs
+    x (N, L) and targets y (N, L), -1 where there is no answer (the models' loss ignores -1). train.py reports
+    the accuracy per answer token and per example (all its answers right) of such a split."""
+    answers = True
+
+    def __init__(self, x, y):
+        self.x, self.y = x, y
+
+    def __len__(self):
+        return len(self.x)
+
+    def subset(self, n):
+        return AnswerSplit(self.x[:n], self.y[:n])
+
+    def _batch(self, idx):
+        return (torch.from_numpy(reopened(self.x)[idx].astype(np.int64)),
+                torch.from_numpy(reopened(self.y)[idx].astype(np.int64)))
+
+    def sample(self, batch_size, rng):
+        return self._batch(rng.integers(0, len(self), batch_size))
+
+    def batches(self, batch_size):
+        """Every example once, in order."""
+        for i in range(0, len(self), batch_size):
+            yield self._batch(np.arange(i, min(i + batch_size, len(self))))
 
     def tokens_in(self, x):
         return x.numel()

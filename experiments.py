@@ -21,6 +21,7 @@ runs' training curves (the seeds of a row as their mean and a band).
 import argparse
 import collections
 import dataclasses
+import fnmatch
 import json
 import math
 import os
@@ -63,6 +64,7 @@ class Table:
     prepare: object = None    # function() run before the training runs (e.g. held-out data they are evaluated on)
     column: object = None     # (header, function(run_dirs, baselines) -> cell): one more column, e.g. from log.jsonl
     report: object = None     # function(name, table, seeds) -> markdown, instead of the one-row-a-run table
+    doc: str = RESULTS_MD     # the markdown file whose block the table rewrites
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,6 +278,132 @@ def majority_baseline(task, args):
     return [("majority class", *(float((np.asarray(task.split(s).labels) == y).mean()) for s in ("val", "test")))]
 
 
+# ----------------------------------------------------------------------------------------------
+# Recall (docs/recall.md): MQAR, selective copying and induction heads, beside the state each model keeps
+
+RECALL_MD = os.path.join(ROOT, "docs", "recall.md")
+RECALL_IMG = os.path.join(ROOT, "docs", "img", "recall-state.png")
+RECALL_HELDOUT = os.path.join("out", "exp", "recall-heldout")
+
+
+def state_floats(model_name, config_dict, length):
+    """The floats one sequence's generation keeps between tokens after `length` tokens, measured: a model of that
+    config (random weights) reads `length` tokens and its GenerationState's tensors are counted (bench.py's "state
+    kept between tokens"): SimpleTRON's d_h x d_h matrices, TransJect's running sums, the KV caches of the others."""
+    import torch
+    import config
+    model = config.build_model(model_name, {**config_dict, "block_size": max(length, config_dict["block_size"])})
+    idx = torch.randint(1, config_dict["vocab_size"], (1, length), generator=torch.Generator().manual_seed(0))
+    _, state = model.prefill(idx, capacity=length)
+    return state.nbytes() // 4                               # float32
+
+
+def heldout_dir(task, length, pairs):
+    return os.path.join(RECALL_HELDOUT, f"{task}-len{length}" + (f"-pairs{pairs}" if pairs else ""))
+
+
+def recall_heldout(task, length, pairs):
+    """The held-out examples of one setting (experiments/heldout_recall.py, a second generator), made once."""
+    out = heldout_dir(task, length, pairs)
+    if not os.path.isfile(os.path.join(ROOT, out, "test.txt")):
+        pairs_flag = [] if pairs is None else ["--recall_pairs", str(pairs)]
+        subprocess.run([sys.executable, os.path.join("experiments", "heldout_recall.py"), task, "--recall_len",
+                        str(length), *pairs_flag, "--n", "3000", "--seed", "2026", "--out", out], cwd=ROOT, check=True)
+    return os.path.join(out, "test.txt")
+
+
+def recall_row(model, flags, task, length, pairs, width):
+    """One row: a model at one setting and width, with its evaluation on the held-out examples."""
+    what = f"L{length}" + (f" P{pairs}" if pairs else "")
+    setting = f"--task {task} --recall_len {length}" + (f" --recall_pairs {pairs}" if pairs else "")
+    batch = RECALL_TOKENS // length                          # the same tokens (and answers) a step at every length
+    held = os.path.join(heldout_dir(task, length, pairs), "test.txt")
+    return Row(f"{model} d{width} {task} {what}", f"{setting} --n_embd {width} --batch_size {batch} {flags}",
+               (("held-out examples (second generator)", f"--eval_only --data_dir {held}"),))
+
+
+def recall_prepare(rows):
+    for row in rows:
+        a = shlex.split(row.flags)
+        pairs = a[a.index("--recall_pairs") + 1] if "--recall_pairs" in a else None
+        recall_heldout(a[a.index("--task") + 1], a[a.index("--recall_len") + 1], pairs)
+
+
+def recall_cells(name, table, seeds):
+    """Per row: (model, task, length, pairs, width, state floats, [test acc per answer], [per example], [held-out],
+    [per seed: the steps at which training accuracy reaches 50% and 99%])."""
+    out = []
+    for row in table.rows:
+        ms = [load_metrics(run_dir(name, row, s)) for s in seeds]
+        hs = [load_metrics(eval_dir(name, row, row.evals[0][0], s)) for s in seeds] if row.evals else []
+        a, c = ms[0]["args"], ms[0]["config"]
+        out.append((row.name.split(" d")[0], a["task"], c["block_size"], a.get("recall_pairs"), c["n_embd"],
+                    state_floats(ms[0]["model"], c, c["block_size"]), [100 * m["test_acc"] for m in ms],
+                    [100 * m["test_acc_example"] for m in ms], [100 * h["test_acc"] for h in hs],
+                    [phase_steps(run_dir(name, row, s)) for s in seeds]))
+    return out
+
+
+def recall_report(name, table, seeds):
+    """One line a row (model, setting, width): the state it keeps, test accuracy per answer and per example, and per
+    answer on the held-out examples; then the figure of accuracy against state."""
+    cells = recall_cells(name, table, seeds)
+    lines = [f"**{table.title}.** Seeds {', '.join(map(str, seeds))}; test accuracy (%), mean ± standard deviation "
+             "over the seeds: per answer token, per example (every answer right), and per answer token on 3,000 "
+             "held-out examples of a second generator (experiments/heldout_recall.py); the steps at which the mean "
+             "training accuracy per answer over 50 steps first reaches 50% (off the plateau of 1/P) and 99%, per seed "
+             "(– never).",
+             f"Reproduce (and rewrite this block): `python experiments.py {name}"
+             f"{'' if seeds == [0, 1, 2] else ' --seeds ' + ','.join(map(str, seeds))} --jobs 2`. Common flags: "
+             f"`{table.common}`; each row adds its own (`python experiments.py --list {name}`).", "",
+             "| task | length | pairs | width | model | state (floats) | test, per answer | test, per example | "
+             "held-out, per answer | steps to 50% | steps to 99% |", "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for model, task, length, pairs, width, state, acc, ex, held, phase in cells:
+        steps = [" / ".join("–" if p[i] is None else f"{p[i]:,}" for p in phase) for i in (0, 1)]
+        lines.append(f"| {task} | {length} | {pairs or '–'} | {width} | {model} | {state:,} | {mean_std(acc, 2)} | "
+                     f"{mean_std(ex, 2)} | {mean_std(held, 2)} | {steps[0]} | {steps[1]} |")
+    runs = [run_dir(name, r, s) for r in table.rows for s in seeds]
+    hours = sum(load_metrics(d).get("seconds", 0) for d in runs) / 3600
+    lines += ["", f"Machine: {run_machine(runs)}. The runs took {hours:.1f} h together (each run's seconds)."]
+    if name == "recall" and table.rows == TABLES[name].rows:       # the whole table, not --rows: the figure too
+        recall_figure(cells, RECALL_IMG)
+        lines.append(f"The figure: [{os.path.relpath(RECALL_IMG, os.path.dirname(RECALL_MD))}]"
+                     f"({os.path.relpath(RECALL_IMG, os.path.dirname(RECALL_MD))}).")
+    return "\n".join(lines)
+
+
+def recall_figure(cells, png):
+    """Zoology's figure: per setting, test accuracy per answer against the state kept (floats, log), one point per
+    model and width (mean over seeds, bars from the lowest to the highest)."""
+    from matplotlib.figure import Figure
+    import data
+    settings = list(dict.fromkeys((task, length, pairs) for _, task, length, pairs, *_ in cells))
+    width = max(6.4, 3.4 * len(settings))                    # inches: one panel as wide as the title and legend
+    fig = Figure(figsize=(width, 3.8))
+    fig.subplots_adjust(left=0.65 / width, right=1 - 0.1 / width, top=0.86, bottom=0.27, wspace=0.25)
+    axes = fig.subplots(1, len(settings), squeeze=False)[0]
+    models = list(dict.fromkeys(c[0] for c in cells))
+    for ax, (task, length, pairs) in zip(axes, settings):
+        for i, model in enumerate(models):
+            pts = sorted((state, statistics.mean(acc), min(acc), max(acc)) for m, t, L, P, _, state, acc, *_ in cells
+                         if (m, t, L, P) == (model, task, length, pairs))
+            x, y, lo, hi = map(np.array, zip(*pts))
+            ax.errorbar(x, y, yerr=[y - lo, hi - y], marker="osD^"[i % 4], ms=5, capsize=2, label=model,
+                        color=f"C{i}")
+        if pairs:                                            # the plateau: a value of the context, not the asked one
+            ax.axhline(100 / pairs, color="gray", ls=":", lw=1)
+            ax.annotate(f"1/P = {100 / pairs:g}%", (0.01, 100 / pairs + 1.5), xycoords=("axes fraction", "data"),
+                        color="gray", fontsize=8)
+        ax.set(xscale="log", ylim=(-3, 103), title=f"{task}: {length} tokens" + (f", {pairs} pairs" if pairs else ""),
+               xlabel="state kept while generating (floats)")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylabel("test accuracy per answer (%)")
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower center", ncol=len(models), frameon=False)
+    widths = ", ".join(map(str, sorted({c[4] for c in cells})))
+    fig.suptitle(f"Recall against the state each model keeps (one point per width: {widths})")
+    data.atomic_write(png, lambda f: fig.savefig(f, format="png", dpi=100))
+
+
 def deq_grid(seeds):
     """How far n Euler steps of DiffEqFormer are from the flow of its vector field, on freshly initialised
     PTB-shaped models (4 layers, 128 wide, d_t = 8; 2 x 64 random tokens; float64): |X_n - X_ref| / |X_ref - X_0|
@@ -367,6 +495,57 @@ FINETUNED = [Row("MiniLM fine-tuned (softmax attention: BERT)", "--init_from_ber
 SMALL = ("--task listops --listops_depth 3 --listops_args 2,3 --listops_len 5,20 --listops_sizes 20000,1000,1000 "
          "--max_iters 500 --batch_size 32 --lr 1e-3 --warmup 50 --schedule cosine --n_embd 64 --n_head 4 --dropout 0.0 "
          "--eval_interval 500")
+
+# Recall: 2 layers, one head, the same 4,096 tokens a step at every length (batch 64 at 64 tokens, 16 at 256: 256
+# answers a step at each of Zoology's settings); each model at the learning rate that recall-lr found best for it
+RECALL_TOKENS = 4096
+RECALL_RECIPE = ("--n_layer 2 --max_iters 3000 --warmup 100 --schedule cosine --min_lr 0 --weight_decay 0.1 "
+                 "--beta2 0.999 --grad_clip 1.0 --dropout 0.0 --eval_interval 500 --eval_iters 20")
+RECALL_MODELS = {"GPT": ("softmax", "--norm pre --n_head 1"), "SimpleTRON": ("simpletron", "--n_head 1"),
+                 "TransJect": ("transject", ""), "DiffEqFormer": ("diffeqformer", "--n_head 1 --time_dim 8")}
+# recall-lr's choice: the best val accuracy, and of two within 0.1 points the smaller learning rate
+RECALL_LR = {"softmax": "5e-4", "simpletron": "5e-4", "transject": "2e-3", "diffeqformer": "2.5e-4"}
+RECALL_LR_GRID = ("2.5e-4", "5e-4", "1e-3", "2e-3")
+RECALL_SETTINGS = ((64, 4), (128, 8), (256, 16), (256, 32))         # Zoology's three, and 32 pairs in 256 tokens
+RECALL_WIDTHS = (16, 32, 64)
+RECALL_RUN = (((64, 4),), (32, 64))          # the part of the grid that table recall runs: settings, widths
+RECALL_CHECK = "--task mqar --recall_len 64 --recall_pairs 4 --n_embd 64 --batch_size 64"
+
+
+def recall_flags(model, lr=None):
+    """A model's flags in the recall tables (another model of config.MODELS: its defaults) and its learning rate."""
+    extra = dict(RECALL_MODELS.values()).get(model, "")
+    return f"--model {model}{' ' * bool(extra)}{extra} --lr {lr or RECALL_LR.get(model, '1e-3')}"
+
+
+def recall_rows(settings, widths):
+    return [recall_row(label, recall_flags(m), "mqar", L, P, w)
+            for L, P in settings for w in widths for label, (m, _) in RECALL_MODELS.items()]
+
+
+RECALL_ROWS, RECALL_GRID_ROWS = recall_rows(*RECALL_RUN), recall_rows(RECALL_SETTINGS, RECALL_WIDTHS)
+RECALL_TASK_ROWS = [recall_row(label, recall_flags(m), task, L, P, 64)
+                    for task, L, P in (("copy", 64, 8), ("induction", 128, None)) for label, (m, _) in RECALL_MODELS.items()]
+RECALL_LR_ROWS = [Row(f"{label} lr {lr}", f"{RECALL_CHECK} {recall_flags(m, lr)}")
+                  for label, (m, _) in RECALL_MODELS.items() for lr in RECALL_LR_GRID]
+RECALL_LR_ROWS.append(Row("SimpleTRON pre-LN lr 1e-3", f"{RECALL_CHECK} {recall_flags('simpletron', '1e-3')} --norm pre"))
+
+
+def phase_steps(run_dir, levels=(0.5, 0.99), window=50):
+    """The steps at which a run's training accuracy per answer (log.jsonl, its mean over the last `window` steps)
+    first reaches each level: when it leaves the plateau of 1/P, and when it recalls; None where it never does."""
+    from curves import column, moving_average, read_log
+    steps, acc = column(read_log(os.path.join(run_dir, "log.jsonl"))["train"], "acc")
+    mean = moving_average(acc, window)
+    return [int(steps[mean >= level][0]) if (mean >= level).any() else None for level in levels]
+
+
+def recall_check_rows():
+    """recall-check: every model of config.MODELS (one added by a fork too) at 64 tokens, 4 pairs, 64 wide; the
+    row of model NAME is --rows NAME."""
+    import config
+    return [Row(name, f"{RECALL_CHECK} {recall_flags(name)}") for name in config.MODELS]
+
 
 TABLES = {
     "deq-grid": Table("DiffEqFormer's Euler grid against its own flow, at initialisation", "", [], compute=deq_grid),
@@ -466,6 +645,27 @@ TABLES = {
          Row("softmax Transformer", "--model softmax"),
          Row("softmax with SimpleTRON's q/k/v, frozen",
              "--model softmax --transfer_from out/exp/transfer/simpletron-s{SEED}/ckpt.pt")]),
+    "recall": Table(
+        "Multi-query associative recall (Zoology's MQAR; 100,000 training examples, vocabulary 128) at 64 tokens, "
+        "4 pairs: 2 layers, one head, widths 32 and 64, 3,000 steps of 4,096 tokens",
+        RECALL_RECIPE, RECALL_ROWS, prepare=lambda: recall_prepare(RECALL_ROWS), report=recall_report, doc=RECALL_MD),
+    "recall-grid": Table(
+        "MQAR over Zoology's settings (64, 4), (128, 8), (256, 16) and (256 tokens, 32 pairs): 2 layers, one head, "
+        "widths 16, 32, 64, 3,000 steps of 4,096 tokens",
+        RECALL_RECIPE, RECALL_GRID_ROWS, prepare=lambda: recall_prepare(RECALL_GRID_ROWS), report=recall_report,
+        doc=RECALL_MD),
+    "recall-tasks": Table(
+        "Selective copying (64 tokens, 8 data tokens) and induction heads (128 tokens), vocabulary 16: 2 layers, "
+        "64 wide, 3,000 steps of 4,096 tokens",
+        RECALL_RECIPE, RECALL_TASK_ROWS, prepare=lambda: recall_prepare(RECALL_TASK_ROWS), report=recall_report,
+        doc=RECALL_MD),
+    "recall-lr": Table(
+        "The learning-rate grid of the recall tables: MQAR at 64 tokens, 4 pairs, 64 wide, each model at 2.5e-4, "
+        "5e-4, 1e-3 and 2e-3",
+        RECALL_RECIPE, RECALL_LR_ROWS, doc=RECALL_MD),
+    "recall-check": Table(
+        "A new model's recall beside the GPT's: MQAR at 64 tokens, 4 pairs, 64 wide, the recall recipe",
+        RECALL_RECIPE, recall_check_rows(), doc=RECALL_MD),
     "listops-lra": Table(
         "LRA ListOps (generated by the LRA recipe): 2 layers, 64 wide, batch 16, 1,000 steps",
         LISTOPS_LRA,
@@ -507,6 +707,7 @@ def run_all(cmds, jobs):
     """Run the commands not yet done, `jobs` at a time (each with cores // jobs threads). An evaluation of a
     checkpoint waits until the run that writes it has finished."""
     todo = [(d, a) for d, a in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]
+    todo.sort(key=lambda c: "--init_from" in c[1])         # evaluations last: none holds a slot while its run trains
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // jobs)))
     running = []                                             # (out_dir, process)
     try:
@@ -593,7 +794,7 @@ def render(name, table, seeds, data_dir, baselines):
     lm = None
     lines = [f"**{table.title}.** Seeds {', '.join(map(str, seeds))}; mean ± standard deviation over the seeds. ",
              f"Reproduce (and rewrite this block): `python experiments.py {name}"
-             f"{' --data_dir DIR' if data_dir else ''}{' --bert_dir BERT' if any('{BERT}' in r.flags for r in table.rows) else ''}`. "
+             f"{'' if seeds == [0, 1, 2] else ' --seeds ' + ','.join(map(str, seeds))}{' --data_dir DIR' if data_dir else ''}{' --bert_dir BERT' if any('{BERT}' in r.flags for r in table.rows) else ''}`. "
              f"Common flags: `{table.common}`.", ""]
     rows, bpc = [], table.unit == "bpc"
     key, digits, scale = ("loss", 3, 1 / math.log(2)) if bpc else (None, 2, None)
@@ -654,6 +855,18 @@ def write_block(name, text, path=RESULTS_MD):
     os.replace(tmp, path)
 
 
+def chosen_rows(name, table, wanted):
+    """The rows --rows names: each NAME a row's folder name (slug) or a pattern with *, in the table's order."""
+    names = [w.strip() for w in wanted.split(",") if w.strip()]
+    for w in names:
+        if not any(fnmatch.fnmatchcase(slug(r.name), w) for r in table.rows):
+            raise UsageError(f"--rows {w}: no row of {name} is called so; python experiments.py --list {name} "
+                     "names them")
+    if not names:
+        raise UsageError("--rows needs NAME,... (python experiments.py --list TABLE names the rows)")
+    return [r for r in table.rows if any(fnmatch.fnmatchcase(slug(r.name), w) for w in names)]
+
+
 def list_tables(name, seeds, data_dir, bert_dir):
     """No name: one line a table (its name, what it measures, its runs). A name: that table's train.py commands."""
     if name is None:
@@ -665,6 +878,8 @@ def list_tables(name, seeds, data_dir, bert_dir):
             print(f"  {name:<19} {table.title.split(': ')[0]} [{runs}]")
         return
     print(f"{name}: {TABLES[name].title}")
+    if TABLES[name].rows:
+        print(f"  rows (--rows NAME,...): {', '.join(slug(r.name) for r in TABLES[name].rows)}")
     for _, c in commands(name, TABLES[name], seeds, data_dir, bert_dir):
         print(f"  python train.py {c}")
     if TABLES[name].compute is not None:
@@ -700,15 +915,17 @@ def check(a):
         raise UsageError(f"{RESULTS_MD} cannot be written: "
                          f"{data.writable_problem(os.path.dirname(RESULTS_MD)) or 'it is a folder'}")
     if a.report_only:
-        dirs = [d for d, _ in commands(name, TABLES[name], [int(s) for s in seeds], a.data_dir, a.bert_dir)]
+        cmds = commands(name, TABLES[name], [int(s) for s in seeds], a.data_dir, a.bert_dir)
+        dirs = [d for d, _ in cmds]
         missing = [d for d in dirs if not os.path.lexists(os.path.join(d, "metrics.json"))]
         if missing:
             raise UsageError(f"--report_only: {len(missing)} of {len(dirs)} runs have not finished (no "
                              f"{os.path.join(missing[0], 'metrics.json')}): run python experiments.py {name} "
                              f"--seeds {a.seeds} first")
-        for d in dirs:                                       # train.py's, with what every table reads
-            if not all(isinstance(load_metrics(d).get(k), (int, float)) for k in ("val_loss", "n_params")):
-                raise UsageError(f"{d}/metrics.json has no val_loss or n_params: not a train.py run's; delete {d} "
+        for d, argv in cmds:                                 # train.py's, with what every table reads (an
+            keys = ("test_loss",) if "--init_from" in argv else ("val_loss", "n_params")     # evaluation: its test)
+            if not all(isinstance(load_metrics(d).get(k), (int, float)) for k in keys):
+                raise UsageError(f"{d}/metrics.json has no {' or '.join(keys)}: not a train.py run's; delete {d} "
                                  "and run its table again")
     return [int(s) for s in seeds]
 
@@ -721,6 +938,9 @@ def main(argv=None):
     p.add_argument("--bert_dir", help="agnews: a BERT folder, e.g. all-MiniLM-L6-v2 (docs/bert.md)")
     p.add_argument("--jobs", type=int, default=1, help="runs at a time")
     p.add_argument("--report_only", action="store_true", help="only rewrite the markdown from finished runs")
+    p.add_argument("--rows", help="run only these rows, NAME,... (their folder names under out/exp/TABLE/ without "
+                   "-sSEED, as --list TABLE shows; * matches any text): prints their markdown, leaves the docs as "
+                   "they are")
     p.add_argument("--list", nargs="?", const=True, metavar="TABLE", help="print the tables (one line each), or "
                    "with a TABLE its train.py commands, and stop")
     a = p.parse_args(argv)
@@ -728,6 +948,8 @@ def main(argv=None):
     if a.list:
         return list_tables(a.list if a.list is not True else a.table, seeds, a.data_dir, a.bert_dir)
     table = TABLES[a.table]
+    if a.rows is not None:
+        table = dataclasses.replace(table, rows=chosen_rows(a.table, table, a.rows))
     if table.compute is not None:
         text = table.compute(seeds)
         write_block(a.table, text)
@@ -743,9 +965,10 @@ def main(argv=None):
         baselines = table.baselines(*task_of(run_dir(a.table, table.rows[0], seeds[0])))
     text = (table.report(a.table, table, seeds) if table.report else
             render(a.table, table, seeds, a.data_dir, baselines))
-    write_block(a.table, text)
     print(text)
-    print(f"wrote the block results:{a.table} of {os.path.relpath(RESULTS_MD)}")
+    if a.rows is None:
+        write_block(a.table, text, table.doc)
+        print(f"wrote the block results:{a.table} of {os.path.relpath(table.doc)}")
 
 
 if __name__ == "__main__":

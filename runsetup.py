@@ -13,7 +13,7 @@ import torch
 import bert
 import data
 import simpletron
-from config import (LISTOPS_FLAGS, MODELS, UsageError, build_model, check_args, check_config, load_checkpoint,
+from config import (TASK_FLAGS, MODELS, UsageError, build_model, check_args, check_config, load_checkpoint,
                     parse_args, pick_device, resolve)
 
 
@@ -63,7 +63,7 @@ def inherit_from(args, given):
     args.model = source["model_name"]
     if args.task is None:
         args.task = source["args"]["task"]
-        for k in ("data_dir", "cache_dir", "tokenizer", *LISTOPS_FLAGS):
+        for k in ("data_dir", "cache_dir", "tokenizer", *TASK_FLAGS):
             if k not in given and k in source["args"]:
                 setattr(args, k, source["args"][k])
                 given.add(k)

@@ -40,7 +40,7 @@ from tqdm import tqdm  # noqa: E402
 import data  # noqa: E402
 import rundir  # noqa: E402
 import simpletron  # noqa: E402
-from config import LISTOPS_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint, machine  # noqa: E402
+from config import LISTOPS_FLAGS, TASK_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint, machine  # noqa: E402,F401
 from ddp import Distributed, build_every_split, step_seed, training_model  # noqa: E402
 from measure import keep_freed_memory  # noqa: E402
 from runsetup import (build_run_model, fit_to_task, load_weights, precision, rescale_batch,  # noqa: E402
@@ -92,6 +92,14 @@ def gate_report(model, start, args, steps):
     return out
 
 
+def answer_counts(logits, y):
+    """Answer positions (targets other than -1) of a batch: (answers right, answers, examples with every answer
+    right, examples). logits (B, L, V), y (B, L)."""
+    answer = y != -1
+    right = (logits.argmax(-1) == y) & answer
+    return right.sum().item(), answer.sum().item(), (right == answer).all(-1).sum().item(), y.shape[0]
+
+
 @torch.no_grad()
 def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=1234, dist=None, progress=None,
              stop=None):
@@ -108,6 +116,7 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
     if progress:                                             # on a terminal only
         batches = tqdm(batches, desc=progress, total=n_batches, unit="batch", leave=False, disable=None)
     total_loss, correct, count, stopped = 0.0, 0, 0, False
+    answers, right_examples, examples = getattr(split, "answers", False), 0, 0
     for x, y in batches:
         if stop is not None and stop.asked:
             stopped = True
@@ -120,21 +129,27 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
         with autocast:
             logits, loss = model(x, y)
         n = y.numel()
-        total_loss += loss.item() * n
-        if logits.dim() == 2:
+        if answers:                                          # the loss is the mean over the answers
+            right, n, right_ex, n_ex = answer_counts(logits, y)
+            correct, right_examples, examples = correct + right, right_examples + right_ex, examples + n_ex
+        elif logits.dim() == 2:
             correct += (logits.argmax(-1) == y).sum().item()
+        total_loss += loss.item() * n
         count += n
     if dist is not None:
-        total_loss, correct, count, stopped = dist.sum(total_loss, correct, count, stopped)
-        correct, count = int(correct), int(count)
+        total_loss, correct, count, stopped, right_examples, examples = dist.sum(
+            total_loss, correct, count, stopped, right_examples, examples)
+        correct, count, right_examples, examples = int(correct), int(count), int(right_examples), int(examples)
     model.train()
     if stopped:
         return None
-    out = {"loss": total_loss / count, "n": count}
+    out = {"loss": total_loss / count, "n": examples if answers else count}
     if isinstance(split, data.LMSplit):
         out["ppl"] = math.exp(out["loss"])
-    else:
+    else:                                                    # answers: per answer token, and per example
         out["acc"] = correct / count
+    if answers:
+        out["acc_example"] = right_examples / examples
     return out
 
 
@@ -270,6 +285,9 @@ def train_step(run, train_model, train, kind, it):
         if logits.dim() == 2:
             correct += (logits.argmax(-1) == y).sum().item()
             count += y.numel()
+        elif getattr(train, "answers", False):              # per answer token
+            right, answers, _, _ = answer_counts(logits.detach(), y)
+            correct, count = correct + right, count + answers
     run.scaler.unscale_(run.optimizer)                       # float16: the gradients divided by the scale
     # the gradient's norm, clipped to grad_clip (0: not clipped, the norm only: a factor of 1 changes no number)
     grad_norm = torch.nn.utils.clip_grad_norm_(run.model.parameters(), args.grad_clip or math.inf).item()
@@ -308,7 +326,8 @@ def evaluate_during_training(run, task, it, ctrl_c):
                  dist=dist, stop=ctrl_c)
     if m is None:
         return False
-    unit, total = ("tokens", len(split) * split.block_size) if task.kind == "lm" else ("examples", len(split))
+    lm = isinstance(split, data.LMSplit)
+    unit, total = ("tokens", len(split) * split.block_size) if lm else ("examples", len(split))
     part = (f"all {total:,} {unit}" if m["n"] == total else
             f"{m['n']:,} of {total:,} {unit}, --eval_iters {args.eval_iters}")
     print(f"step {it} val ({part}): {fmt({k: v for k, v in m.items() if k != 'n'})}", flush=True)
@@ -403,7 +422,7 @@ def final_metrics(model, task, args, dist, autocast, folder, ctrl_c, extra, best
 def open_task(args, config_dict, dist):
     """The task, every split the run uses loaded and checked (under torchrun: built and cached in full)."""
     task = data.load_task(args.task, cache_dir=args.cache_dir, data_dir=args.data_dir, seed=args.seed,
-                          tokenizer=args.tokenizer, **{k: getattr(args, k) for k in LISTOPS_FLAGS},
+                          tokenizer=args.tokenizer, **{k: getattr(args, k) for k in TASK_FLAGS},
                           **({"block_size": config_dict["block_size"]} if "block_size" in config_dict else {}))
     task.open(training=not args.eval_only)
     if dist.on:

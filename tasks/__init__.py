@@ -18,12 +18,12 @@ if sys.argv[0] == "-m":                                      # python -m tasks.X
     signal.signal(signal.SIGINT, signal.SIG_DFL)             # once, quietly (data.run_main reports it once running)
 
 import data  # noqa: E402
-from tasks import image, listops, listops_rules, lm, pathfinder, retrieval, text  # noqa: E402,F401  (register)
+from tasks import image, listops, listops_rules, lm, pathfinder, recall, retrieval, text  # noqa: E402,F401  (register)
 
-# the order in which train.py --help lists them: LRA's five, then the short texts, then language modelling; a task
-# not named here (a new one) comes after them
+# the order in which train.py --help lists them: LRA's five, then the short texts, then language modelling, then
+# the recall tasks; a task not named here (a new one) comes after them
 ORDER = ("listops", "text", "retrieval", "image", "pathfinder", "imdb", "agnews", "ptb", "wikitext103", "openwebtext",
-         "textfile")
+         "textfile", "mqar", "copy", "induction")
 
 
 def in_order(names):

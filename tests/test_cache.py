@@ -17,7 +17,7 @@ import pytest
 import data
 import tasks  # noqa: F401  (registers every task)
 import train
-from tasks import listops, lm, sources
+from tasks import listops, lm, recall, sources
 from test_data import PTB, WIKI, hf, small_pathfinder, write_aan, write_aclimdb, write_agnews, write_cifar  # noqa: F401
 from test_data import write_pathfinder_release
 
@@ -300,6 +300,14 @@ def folder_contents(cache):
     return out
 
 
+def write_recall(folder, name, n=5):
+    """Plain files of a recall task (docs/tasks.md): 16 tokens, 2 pairs (or data tokens), vocabulary 16."""
+    folder.mkdir()
+    for seed, s in enumerate(("train", "val", "test")):
+        recall.write_examples(str(folder / f"{s}.txt"), *recall.generate(name, 16, 2, 16, n, seed))
+    return folder
+
+
 def reversed_bytes():
     """A byte-level tiktoken Encoding whose id of byte b is 255 - b (<|endoftext|> 256)."""
     import tiktoken
@@ -350,6 +358,10 @@ VARIANTS = {
                     [dict(block_size=3), dict(tokenizer="rbyte"), dict(data_dir="owt", tokenizer="gpt2")]),
     "textfile": (lambda t, hf: write_text(t / "d.txt"), {"data_dir": "d.txt", "tokenizer": "char", "block_size": 8},
                  [dict(tokenizer="byte"), dict(tokenizer="rbyte"), dict(block_size=3)]),
+    **{name: (lambda t, hf, name=name: write_recall(t / "d", name),
+              {"recall_len": 16, "recall_pairs": 2, "recall_vocab": 16, "recall_sizes": "20,5,5"},
+              [dict(recall_len=20), dict(recall_pairs=3), dict(recall_vocab=20), dict(recall_sizes="21,5,5"),
+               dict(block_size=24), dict(txt=True), dict(data_dir="d")]) for name in ("mqar", "copy", "induction")},
 }
 PF_IMAGES = os.path.join("pf", "pathfinder32", "curv_contour_length_14", "imgs", "0")
 # task -> a change to its data files that changes what its cache holds (None: no local data), and the settings
@@ -368,6 +380,7 @@ DATA_CHANGES = {
     "pathfinder": (lambda t: copy_file(t / PF_IMAGES / "sample_1.png", t / PF_IMAGES / "sample_0.png"),
                    {"data_dir": "pf"}),
     "openwebtext": None,                                     # nanoGPT's files are used where they are: no cache
+    **dict.fromkeys(("mqar", "copy", "induction")),          # plain files are read where they are: no cache
 }
 
 

@@ -290,15 +290,17 @@ CASES = [
                                              "0"][1:], "results.md"),
 ]
 
-MODULES = ["tasks.listops", "tasks.pathfinder", "tasks.image", "tasks.retrieval", "tasks.lm", "tasks.text"]
+MODULES = ["tasks.listops", "tasks.pathfinder", "tasks.image", "tasks.retrieval", "tasks.lm", "tasks.text", "tasks.recall"]
 PREPARE = [
     *[(m, f"--block_size {v}", lambda w, t, v=v, m=m: [*(["--task", "textfile"] if m == "tasks.lm" else
-                                                          ["--task", "imdb"] if m == "tasks.text" else []),
+                                                          ["--task", "imdb"] if m == "tasks.text" else
+                                                          ["--task", "mqar"] if m == "tasks.recall" else []),
                                                         "--block_size", v, "--cache_dir", t / "c"], "--block_size")
       for m in MODULES for v in ("-5", "0", "x")],
     *[(m, f"--cache_dir {what}", lambda w, t, f=f, m=m: [*(["--task", "textfile", "--data_dir", w.txt]
                                                           if m == "tasks.lm" else ["--task", "imdb"]
-                                                          if m == "tasks.text" else []), "--cache_dir", f(w, t)],
+                                                          if m == "tasks.text" else
+                                                          ["--task", "mqar"] if m == "tasks.recall" else []), "--cache_dir", f(w, t)],
        "--cache_dir")
       for m in MODULES for what, f in (("a file", lambda w, t: w.txt), ("under a file", lambda w, t: w.under),
                                        ("read-only", lambda w, t: t / "ro" / "c"), ("empty", lambda w, t: ""))],
@@ -306,11 +308,13 @@ PREPARE = [
       for m in MODULES],
     *[(m, "a flag without its value", lambda w, t: ["--cache_dir"], "expected one argument") for m in MODULES],
     *[(m, "--data_dir not there", lambda w, t, m=m: [*(["--task", "ptb"] if m == "tasks.lm" else ["--task", "agnews"]
-                                                      if m == "tasks.text" else []), "--data_dir", t / "none",
+                                                      if m == "tasks.text" else
+                                                          ["--task", "mqar"] if m == "tasks.recall" else []), "--data_dir", t / "none",
                                                     "--cache_dir", t / "c"], "none")
       for m in MODULES],
     *[(m, "--data_dir an empty folder", lambda w, t, m=m: [*(["--task", "wikitext103"] if m == "tasks.lm" else
-                                                            ["--task", "text"] if m == "tasks.text" else []),
+                                                            ["--task", "text"] if m == "tasks.text" else
+                                                          ["--task", "mqar"] if m == "tasks.recall" else []),
                                                           "--data_dir", w.dir, "--cache_dir", t / "c"], "dir")
       for m in MODULES],
     ("tasks.listops", "--data_dir a file", lambda w, t: ["--data_dir", w.bin, "--cache_dir", t / "c"], "bin"),
@@ -330,6 +334,14 @@ PREPARE = [
     ("tasks.listops", "--task of another module", lambda w, t: ["--task", "ptb", "--cache_dir", t / "c"], "ptb"),
     ("tasks.listops", "a flag of another task", lambda w, t: ["--tokenizer", "byte", "--cache_dir", t / "c"],
      "--tokenizer"),
+    *[("tasks.recall", f"--{flag} {v}", lambda w, t, flag=flag, v=v: [
+        "--task", "copy", f"--{flag}", v, "--cache_dir", t / "c"], f"--{flag}")
+      for flag, values in (("recall_len", ("x", "0", "5")), ("recall_pairs", ("0", "x")), ("recall_vocab", ("3", "70000")),
+                           ("recall_sizes", ("0,0,0", "1,2", "1000000000,2,2")))
+      for v in values],
+    ("tasks.recall", "no --task", lambda w, t: ["--cache_dir", t / "c"], "--task"),
+    ("tasks.recall", "a plain file of bad lines", lambda w, t: ["--task", "mqar", "--data_dir", w.txt, "--cache_dir",
+                                                             t / "c"], "t.txt"),
     ("tasks.retrieval", "no --data_dir", lambda w, t: ["--cache_dir", t / "c"], "--data_dir"),
     ("tasks.lm", "no --task", lambda w, t: ["--cache_dir", t / "c"], "--task"),
     ("tasks.lm", "an unknown --task", lambda w, t: ["--task", "chess", "--cache_dir", t / "c"], "chess"),

@@ -1,0 +1,89 @@
+"""
+Held-out recall examples from a second, separately written generator, for checking that a model has learned the
+task's definition and not some accident of tasks/recall.py's draws:
+
+    python experiments/heldout_recall.py mqar --recall_len 64 --recall_pairs 4 --recall_vocab 128 --n 2000 --out DIR
+    python train.py --init_from out/RUN/ckpt.pt --eval_only --data_dir DIR/test.txt
+
+It reads the definitions (docs/recall.md), not tasks/recall.py: Python's own random module (Mersenne Twister, seeded
+by --seed and the task's name), one example at a time in plain loops, the query slots of MQAR drawn one after the
+other by walking the cumulative weights of the slots still free, and its own writer of the plain format
+(docs/tasks.md). It writes DIR/test.txt and prints how many answers there are and where.
+"""
+
+import argparse
+import os
+import random
+import sys
+
+
+def mqar_example(rnd, length, pairs, vocab, power_a=0.01):
+    half = vocab // 2
+    keys = rnd.sample(range(1, half), pairs)                 # distinct keys from the lower half
+    values = rnd.sample(range(half, vocab), pairs)           # distinct values from the upper half
+    x = [rnd.randrange(1, vocab) for _ in range(length)]     # filler: any id but padding
+    y = [None] * length
+    for i in range(pairs):
+        x[2 * i], x[2 * i + 1] = keys[i], values[i]
+    free = list(range((length - 2 * pairs) // 2))            # query slots of two tokens after the pairs
+    for i in range(pairs):                                   # pair i asks its key at the i-th slot drawn
+        weights = [(g + 1) ** (power_a - 1) for g in free]
+        r, acc = rnd.random() * sum(weights), 0.0
+        for j, w in enumerate(weights):
+            acc += w
+            if r < acc or j == len(free) - 1:
+                break
+        slot = free.pop(j)
+        x[2 * pairs + 2 * slot], y[2 * pairs + 2 * slot] = keys[i], values[i]
+    return x, y
+
+
+def copy_example(rnd, length, tokens, vocab, noise=1, marker=2):
+    region = length - tokens
+    data = [rnd.randrange(3, vocab) for _ in range(tokens)]
+    spots = sorted(rnd.sample(range(region), tokens))
+    x = [noise] * region + [marker] + data[:-1]
+    for spot, token in zip(spots, data):
+        x[spot] = token
+    y = [None] * region + data
+    return x, y
+
+
+def induction_example(rnd, length, vocab, trigger=1):
+    x = [rnd.randrange(2, vocab) for _ in range(length)]
+    first = rnd.randrange(0, length - 2)
+    x[first] = x[-1] = trigger
+    y = [None] * length
+    y[-1] = x[first + 1]
+    return x, y
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("task", choices=("mqar", "copy", "induction"))
+    p.add_argument("--recall_len", type=int, default=64)
+    p.add_argument("--recall_pairs", type=int, default=4, help="mqar: pairs; copy: data tokens")
+    p.add_argument("--recall_vocab", type=int, default=None, help="default: mqar 128, copy and induction 16")
+    p.add_argument("--n", type=int, default=2000)
+    p.add_argument("--seed", type=int, default=2026)
+    p.add_argument("--out", required=True)
+    a = p.parse_args(argv)
+    vocab = a.recall_vocab or (128 if a.task == "mqar" else 16)
+    rnd = random.Random(f"{a.task}-{a.seed}")
+    make = {"mqar": lambda: mqar_example(rnd, a.recall_len, a.recall_pairs, vocab),
+            "copy": lambda: copy_example(rnd, a.recall_len, a.recall_pairs, vocab),
+            "induction": lambda: induction_example(rnd, a.recall_len, vocab)}[a.task]
+    os.makedirs(a.out, exist_ok=True)
+    path = os.path.join(a.out, "test.txt")
+    answers = 0
+    with open(path + ".tmp", "w") as f:
+        for _ in range(a.n):
+            x, y = make()
+            answers += sum(t is not None for t in y)
+            f.write(" ".join(map(str, x)) + "\t" + " ".join("-" if t is None else str(t) for t in y) + "\n")
+    os.replace(path + ".tmp", path)
+    print(f"{a.task}: {a.n} examples of {a.recall_len} tokens, {answers} answers, vocabulary {vocab}: {path}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
