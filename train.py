@@ -40,7 +40,7 @@ from tqdm import tqdm  # noqa: E402
 import data  # noqa: E402
 import rundir  # noqa: E402
 import simpletron  # noqa: E402
-from config import LISTOPS_FLAGS, TASK_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint, machine  # noqa: E402,F401
+from config import TASK_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint, machine  # noqa: E402
 from ddp import Distributed, build_every_split, step_seed, training_model  # noqa: E402
 from measure import keep_freed_memory  # noqa: E402
 from runsetup import (build_run_model, fit_to_task, load_weights, precision, rescale_batch,  # noqa: E402

@@ -685,6 +685,7 @@ SMALL = ["--listops_depth", "3", "--listops_args", "2,3", "--listops_len", "5,12
 
 
 def test_train_py_passes_the_setting_and_init_from_keeps_it(tmp_path):
+    import config
     import train
     tiny = ["--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--batch_size", "8", "--eval_iters", "1",
             "--log_interval", "1", "--warmup", "1", "--max_iters", "1", "--cache_dir", tmp_path]
@@ -693,7 +694,7 @@ def test_train_py_passes_the_setting_and_init_from_keeps_it(tmp_path):
     assert os.path.isdir(tmp_path / "listops-depth3-args2-3-len5-12-n48-16-24")
     ckpt = train.load_checkpoint(str(tmp_path / "run" / "ckpt.pt"))
     assert ckpt["config"]["block_size"] == 12                # the length bound
-    assert [ckpt["args"][k] for k in train.LISTOPS_FLAGS] == [3, "2,3", "5,12", "48,16,24"]
+    assert [ckpt["args"][k] for k in config.LISTOPS_FLAGS] == [3, "2,3", "5,12", "48,16,24"]
     again = train.main([str(a) for a in ["--init_from", tmp_path / "run" / "ckpt.pt", "--eval_only"]])
     assert (again["n_val"], again["n_test"], again["test_acc"]) == (16, 24, out["test_acc"])  # the same setting
 
