@@ -159,6 +159,7 @@ DIM_KEYWORDS = {"dim", "axis", "start_dim", "end_dim", "dim0", "dim1"}
 MODULES = {"torch", "np", "numpy", "F", "functional"}        # torch.cat(xs, 1): the axis is the second argument
 LENGTHISH = re.compile(r"^(L|T|N|n|t|len|lengths?|length_\w+|\w+_lens?|\w+_lengths?|max_len|min_len|pos\w*|"
                        r"block_size|capacity|limit|end|stop|start|first|last|numel|arange|size|count|n_\w+)$")
+TOKENISH = re.compile(r"^(\w+\.)*(idx|ids|tokens?|x|y|targets?|mask|input_ids|seq|stream|row|doc\w*|pad\w*)$")
 PAD_KEYWORDS = {"padding_idx", "ignore_index", "value", "fill_value", "constant_values", "pad_value", "pad_id"}
 CACHE_NAMES = re.compile(r"(key|folder|stamp|version|manifest|cache|hash|digest|root|tag)", re.I)
 KEY_FUNCTIONS = re.compile(r"(key|stamp|version|folder_name|hash|digest)", re.I)   # functions that return a key
@@ -288,6 +289,8 @@ def axis_edits(src):
                 out.append((k.value, str(not k.value.value), f"{name}({k.arg}={k.value.value} -> {not k.value.value})"))
         if name in DIM_METHODS and method and len(node.args) > on_module:
             moved(node.args[int(on_module)], f"{name}(axis)")
+        if name == "transpose" and len(node.args) > 2:      # numpy's transpose(0, 2, 3, 1): a permutation
+            name = "permute"
         if name in ("transpose", "swapaxes", "movedim") and method:
             for a in node.args[int(on_module):]:
                 moved(a, f"{name}(axis)")
@@ -338,7 +341,7 @@ def padding_edits(src):
         if len(node.ops) == 1 and isinstance(node.ops[0], (ast.Eq, ast.NotEq, ast.Gt, ast.Lt, ast.GtE, ast.LtE)):
             other = node.left if int_value(node.comparators[0]) == 0 else node.comparators[0]
             zero = node.comparators[0] if other is node.left else node.left
-            if int_value(zero) == 0 and not (isinstance(other, ast.Call) and call_name(other) == "len"):
+            if int_value(zero) == 0 and TOKENISH.match(ref(other) or "-"):   # tokens != 0: a padding id
                 out.append((zero, "1", "padding id 0 -> 1 in a comparison"))
     for node in src.nodes(ast.Slice):
         for side in ("lower", "upper"):
@@ -492,7 +495,8 @@ def two_line_mutants(src):
     for node in src.nodes(ast.If):
         body, other = node.body, node.orelse
         if (not other or src.lines[other[0].lineno - 1].lstrip().startswith("elif") or body[0].lineno <= node.test.end_lineno
-                or other[0].lineno <= body[-1].end_lineno + 0 or body[0].col_offset != other[0].col_offset):
+                or other[0].lineno <= body[-1].end_lineno or body[0].col_offset != other[0].col_offset
+                or max(s[-1].end_lineno - s[0].lineno for s in (body, other)) > 2):    # small branches only
             continue
         text = ["".join(src.lines[s[0].lineno - 1:s[-1].end_lineno]) for s in (body, other)]
         middle = "".join(src.lines[body[-1].end_lineno:other[0].lineno - 1])
@@ -567,8 +571,10 @@ def cache_key_mutants(src):
                 out.append(src.mutant("cache-key", f"cache-key: {{{a.arg}}} added to a key", (node, new)))
     for node in src.nodes(ast.List, ast.Tuple):
         f = src.function(node)
-        if (len(node.elts) >= 2 and isinstance(node.ctx, ast.Load) and node.lineno == node.end_lineno and
-                (key_context(src, node) or isinstance(src.parent.get(node), ast.Return) and f and CACHE_NAMES.search(f.name))):
+        p = src.parent.get(node)
+        unpacked = isinstance(p, ast.Assign) and isinstance(p.targets[0], (ast.Tuple, ast.List))   # key, what = ...
+        if (len(node.elts) >= 2 and isinstance(node.ctx, ast.Load) and node.lineno == node.end_lineno and not unpacked
+                and (key_context(src, node) or isinstance(src.parent.get(node), ast.Return) and f and CACHE_NAMES.search(f.name))):
             for i, e in enumerate(node.elts):
                 rest = [src.seg(x) for j, x in enumerate(node.elts) if j != i]
                 text = "[" + ", ".join(rest) + "]" if isinstance(node, ast.List) else "(" + ", ".join(rest) + ",)"
@@ -625,15 +631,23 @@ def precedence_mutants(src):
         if name == "getattr" and len(node.args) == 3:
             out.append(src.mutant("precedence", "precedence: getattr(o, k, default) -> default",
                                   (node, src.seg(node.args[2]))))
-    for node in src.nodes(ast.BoolOp):
-        if isinstance(node.op, ast.Or):
+    for node in src.nodes(ast.BoolOp):                       # a value with its fallback, never a condition
+        p = src.parent.get(node)
+        condition = (isinstance(p, (ast.If, ast.While, ast.Assert, ast.BoolOp, ast.UnaryOp, ast.comprehension))
+                     or isinstance(p, ast.IfExp) and p.test is node or any(
+                         isinstance(v, (ast.Compare, ast.UnaryOp, ast.BoolOp)) for v in node.values))
+        if isinstance(node.op, ast.Or) and not condition:
             for a, b in zip(node.values, node.values[1:]):
                 if a.end_lineno == b.lineno:
                     out.append(src.mutant("precedence", f"precedence: {src.seg(a)} or {src.seg(b)} flipped",
                                           (a, src.seg(b)), (b, src.seg(a))))
-    for node in src.nodes(ast.IfExp):
-        out.append(src.mutant("precedence", "precedence: the two values of x if c else y swapped",
-                              (node.body, src.seg(node.orelse)), (node.orelse, src.seg(node.body))))
+    for node in src.nodes(ast.IfExp):                        # a setting, or its fallback: never two messages
+        t, texts = node.test, (ast.JoinedStr, ast.Constant)
+        setting = (isinstance(t, (ast.Name, ast.Attribute, ast.Subscript)) or isinstance(t, ast.Compare) and isinstance(
+            t.ops[0], (ast.In, ast.NotIn, ast.Is, ast.IsNot)))
+        if setting and not (isinstance(node.body, texts) and isinstance(node.orelse, texts)):
+            out.append(src.mutant("precedence", "precedence: the two values of x if c else y swapped",
+                                  (node.body, src.seg(node.orelse)), (node.orelse, src.seg(node.body))))
     for node in src.nodes(ast.Compare):
         if len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)) and node.lineno == node.end_lineno:
             new = "not in" if isinstance(node.ops[0], ast.In) else "in"
@@ -644,8 +658,10 @@ def precedence_mutants(src):
                                   (between, old.replace("not in" if new == "in" else "in", new, 1))))
     for node in src.nodes(ast.If):
         t = node.test
-        if not node.orelse and (isinstance(t, ast.Compare) and isinstance(t.ops[0], (ast.In, ast.NotIn, ast.Is, ast.IsNot))
-                                or isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not)):
+        guarded = not node.orelse and len(node.body) <= 3 and not any(     # a guarded setting, never a check
+            isinstance(n, (ast.Raise, ast.Return, ast.Continue, ast.Break)) for s in node.body for n in ast.walk(s))
+        if guarded and (isinstance(t, ast.Compare) and isinstance(t.ops[0], (ast.In, ast.NotIn, ast.Is, ast.IsNot))
+                        or isinstance(t, ast.UnaryOp) and isinstance(t.op, ast.Not)):
             out.append(src.mutant("precedence", f"precedence: the guard on line {node.lineno} dropped", (t, "True")))
     out += swapped_statements(src, "precedence", lambda ra, wa, rb, wb: overlap(wa, wb))
     return out
@@ -780,6 +796,8 @@ def main(argv=None):
                         "neighbouring functions, swapped arguments, keywords left out), hard (two-line, axis, "
                         "padding, cache-key and precedence: the harder families) or any of these separated by commas "
                         "(default: token,semantic)")
+    p.add_argument("--part", default="1/1", help="K/N: test only the K-th of N equal parts of the draw (the draw "
+                                                 "is the same), to split a long run into shorter commands")
     p.add_argument("--jobs", type=int, default=1, help="mutants tested at a time (default 1)")
     p.add_argument("--timeout", type=int, default=600, help="seconds before a mutant counts as killed")
     p.add_argument("--out", default=None, help="JSON lines of the results (default out/mutants/FILE-SEED.jsonl)")
@@ -792,6 +810,9 @@ def main(argv=None):
         sys.exit(f"error: --kinds {a.kinds!r}: use token, semantic, hard or {', '.join(HARD)}, separated by commas")
     if a.n < 0 or a.jobs < 1 or a.timeout < 1:
         sys.exit("error: --n must be >= 0, --jobs and --timeout >= 1")
+    part = re.fullmatch(r"(\d+)/(\d+)", a.part)
+    if not part or not 1 <= int(part[1]) <= int(part[2]):
+        sys.exit(f"error: --part {a.part!r}: use K/N with 1 <= K <= N, e.g. 2/3")
     try:
         re.compile(a.functions)
     except re.error as e:
@@ -801,9 +822,14 @@ def main(argv=None):
     drawn = draw(pool, a.n, a.seed)
     if not drawn:
         sys.exit(f"error: no mutants in {path} (check --functions)")
-    out = a.out or os.path.join(ROOT, "out", "mutants", f"{os.path.basename(path)[:-3]}-{a.seed}.jsonl")
+    k, parts = int(part[1]), int(part[2])
+    first = len(drawn) * (k - 1) // parts
+    drawn = drawn[first:len(drawn) * k // parts]
+    name = f"{os.path.basename(path)[:-3]}-{a.seed}" + (f"-{k}of{parts}" if parts > 1 else "")
+    out = a.out or os.path.join(ROOT, "out", "mutants", f"{name}.jsonl")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    print(f"{path}: {len(drawn)} of {len(pool)} mutants, tests: {' '.join(a.tests)}"
+    print(f"{path}: {len(drawn)} of {len(pool)} mutants" + (f" (part {k} of {parts}: from #{first + 1})" if parts > 1
+                                                            else "") + f", tests: {' '.join(a.tests)}"
           + (f", then {' '.join(a.then)}" if a.then else ""), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         folders = []
@@ -828,7 +854,7 @@ def main(argv=None):
                 results.append(r)
                 f.write(json.dumps(r) + "\n")
                 f.flush()
-                print(f"[{i + 1}/{len(drawn)}] line {r['line']}: {r['kind']}: "
+                print(f"[{first + i + 1}] line {r['line']}: {r['kind']}: "
                       f"{'killed' if r['killed'] else 'SURVIVED'} ({r['seconds']} s)", flush=True)
     survivors = [r for r in results if not r["killed"]]
     for r in survivors:

@@ -69,7 +69,8 @@ def test_a_name_the_file_never_defines_is_not_drawn():
 def test_bad_options_are_one_line():
     import pytest
     for argv, words in ((["simpletron.py", "--kinds", "tokens"], "--kinds 'tokens'"),
-                        (["nothing.py"], "is not a Python file"), (["simpletron.py", "--n", "-1"], "--n must be")):
+                        (["nothing.py"], "is not a Python file"), (["simpletron.py", "--n", "-1"], "--n must be"),
+                        (["simpletron.py", "--part", "3/2"], "--part '3/2'")):
         with pytest.raises(SystemExit) as e:
             mutants.main(argv)
         assert words in str(e.value) and "\n" not in str(e.value)
@@ -170,14 +171,17 @@ def test_precedence_mutants_of_a_small_source():
               "    for k in defaults:\n"
               "        if k not in given:\n"
               "            setattr(args, k, preset.get(k, defaults[k]))\n"
-              "    return dict(merged, **given) if args.x or args.y else merged\n")
+              "    out = args.out_dir or 'out'\n"
+              "    if args.a or args.b:\n"                                # a condition: its or is never flipped
+              "        print(f'{out} ' if args.a else 'a')\n"              # a message: never swapped
+              "    return dict(merged, **given) if args.resume else merged\n")
     assert news(source, "precedence") == {
         "merged = {**preset, **defaults}",                                  # the layers the other way round
         "if k in given:", "if True:",                                       # a flag given loses
         "setattr(args, k, defaults[k])",                                    # the default wins
-        "return dict(given, **merged) if args.x or args.y else merged",
-        "return dict(merged, **given) if args.y or args.x else merged",
-        "return merged if args.x or args.y else dict(merged, **given)",
+        "out = 'out' or args.out_dir",                                      # the fallback first
+        "return dict(given, **merged) if args.resume else merged",
+        "return merged if args.resume else dict(merged, **given)",
     }
 
 
