@@ -5,6 +5,9 @@ where a length ends, which axis a sum runs over, what a cache's name and manifes
 import json
 import os
 
+import numpy as np
+import pytest
+
 import data
 
 
@@ -26,3 +29,29 @@ def test_a_build_that_leaves_a_manifest_of_its_own_still_gets_a_true_one(tmp_pat
         files = json.load(f)["files"]
     assert sorted(files) == ["a.bin"] and files["a.bin"]["size"] == 5       # itself never listed
     assert data.cache_problem(folder) is None
+
+
+def cls_folder(tmp_path, rows):
+    """A cached classification folder: a train split and a val split stored as dev, rows[a] rows of each array a."""
+    for stored in ("train", "dev"):
+        data.save_arrays(str(tmp_path), stored, tokens=np.ones((rows["tokens"], 4), np.uint8),
+                         labels=np.zeros(rows["labels"], np.int64), lengths=np.full(rows["lengths"], 4))
+    return data.cls_task("t", "cls", str(tmp_path), 257, 4, 2, 1, {"train": "train", "val": "dev"})
+
+
+def test_a_split_whose_arrays_disagree_in_rows_is_refused_and_a_subset_cuts_every_array(tmp_path):
+    with pytest.raises(ValueError, match="3 rows of tokens, 2 labels and 2 lengths"):
+        data.ClassificationSplit(np.ones((3, 4), np.uint8), [0, 1], [4, 4])
+    split = data.ClassificationSplit(np.arange(12).reshape(4, 3), [0, 1, 0, 1])
+    sub = split.subset(2)
+    assert len(sub.tokens) == len(sub.labels) == len(sub.doc_lengths) == 2
+    with pytest.raises(data.DataError, match=r"train\.\*\.npy: is damaged \(ValueError: 3 rows"):   # a cache: one line, never a traceback
+        cls_folder(tmp_path, {"tokens": 3, "labels": 2, "lengths": 2}).split("train")
+
+
+def test_a_cached_split_is_named_by_its_stored_files_in_messages(tmp_path):
+    task = cls_folder(tmp_path, {"tokens": 2, "labels": 2, "lengths": 2})
+    assert task.sources == {"train": str(tmp_path / "train.*.npy"), "val": str(tmp_path / "dev.*.npy")}
+    np.save(tmp_path / "dev.labels.npy", np.array([0, 5]))                 # label 5 of 2 classes
+    with pytest.raises(data.DataError, match=r"dev\.\*\.npy \(val split\): label 5 of example 1"):
+        task.split("val")
