@@ -2,6 +2,7 @@
 padding, cache keys, precedence of settings; docs/testing.md) found untested, each held against a hand-worked case:
 where a length ends, which axis a sum runs over, what a cache's name and manifest follow, which setting wins."""
 
+import hashlib
 import json
 import os
 
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 
 import data
+import runsetup
+from tasks import listops_format
 
 
 def test_one_line_keeps_a_message_of_exactly_the_limit_and_cuts_a_longer_one():
@@ -55,3 +58,24 @@ def test_a_cached_split_is_named_by_its_stored_files_in_messages(tmp_path):
     np.save(tmp_path / "dev.labels.npy", np.array([0, 5]))                 # label 5 of 2 classes
     with pytest.raises(data.DataError, match=r"dev\.\*\.npy \(val split\): label 5 of example 1"):
         task.split("val")
+
+
+def test_weights_that_do_not_fit_are_told_by_the_first_two_lines_of_torchs_message():
+    class Model:
+        def load_state_dict(self, state):
+            raise RuntimeError("Error(s) in loading state_dict:\n\n\tMissing key(s): a.\n\tsize mismatch for b.")
+    with pytest.raises(runsetup.UsageError) as e:
+        runsetup.load_weights(Model(), {}, "x.pt")
+    assert str(e.value) == ("x.pt: its weights do not fit the model (Error(s) in loading state_dict: Missing key(s): "
+                            "a.)")
+
+
+def test_the_binary_listops_cache_is_named_by_the_tsvs_path_and_version(tmp_path, monkeypatch):
+    tsv = tmp_path / "basic_test.tsv"
+    listops_format.write_listops_tsv(tsv, [("[MAX 2 9 ]", 9), ("[MIN 4 [SM 1 2 ] ]", 3)])
+    monkeypatch.setattr(listops_format, "LISTOPS_NPY_MIN_BYTES", 0)
+    listops_format.listops_split(str(tsv), str(tmp_path / "cache"))
+    st = os.stat(tsv)
+    path = hashlib.sha1(os.path.realpath(tsv).encode()).hexdigest()[:10]
+    version = hashlib.sha1(f"{st.st_size}|{st.st_mtime_ns}|{st.st_ino}".encode()).hexdigest()[:10]
+    assert os.listdir(tmp_path / "cache" / "listops-npy") == [f"{path}-{version}"]
