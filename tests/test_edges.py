@@ -48,7 +48,7 @@ def test_a_split_whose_arrays_disagree_in_rows_is_refused_and_a_subset_cuts_ever
     split = data.ClassificationSplit(np.arange(12).reshape(4, 3), [0, 1, 0, 1])
     sub = split.subset(2)
     assert len(sub.tokens) == len(sub.labels) == len(sub.doc_lengths) == 2
-    with pytest.raises(data.DataError, match=r"train\.\*\.npy: is damaged \(ValueError: 3 rows"):   # a cache: one line, never a traceback
+    with pytest.raises(data.DataError, match=r"train\.\*\.npy: is damaged \(ValueError: 3 rows"):   # one line
         cls_folder(tmp_path, {"tokens": 3, "labels": 2, "lengths": 2}).split("train")
 
 
