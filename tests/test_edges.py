@@ -8,7 +8,9 @@ import os
 
 import numpy as np
 import pytest
+import torch
 
+import config
 import data
 import runsetup
 from tasks import listops_format
@@ -79,3 +81,17 @@ def test_the_binary_listops_cache_is_named_by_the_tsvs_path_and_version(tmp_path
     path = hashlib.sha1(os.path.realpath(tsv).encode()).hexdigest()[:10]
     version = hashlib.sha1(f"{st.st_size}|{st.st_mtime_ns}|{st.st_ino}".encode()).hexdigest()[:10]
     assert os.listdir(tmp_path / "cache" / "listops-npy") == [f"{path}-{version}"]
+
+
+def test_a_checkpoint_without_any_one_of_its_keys_is_refused_in_one_line(tmp_path):
+    whole = {"model_name": "simpletron", "config": {}, "model": {}, "args": {"task": "listops"}, "optimizer": {}}
+    path = str(tmp_path / "ckpt.pt")
+    torch.save(whole, path)
+    assert config.load_checkpoint(path, need=("optimizer",))["model_name"] == "simpletron"
+    broken = [{k: v for k, v in whole.items() if k != gone} for gone in whole]
+    broken += [{**whole, "model_name": "gpt5"}, {**whole, "config": []}, {**whole, "args": {"task": 3}}]
+    for ckpt in broken:
+        torch.save(ckpt, path)
+        with pytest.raises(config.UsageError, match="is not a train.py checkpoint \\(it needs model_name, config, "
+                                                    "model, args, optimizer, with a model of: "):
+            config.load_checkpoint(path, need=("optimizer",))
