@@ -95,3 +95,21 @@ def test_a_checkpoint_without_any_one_of_its_keys_is_refused_in_one_line(tmp_pat
         with pytest.raises(config.UsageError, match="is not a train.py checkpoint \\(it needs model_name, config, "
                                                     "model, args, optimizer, with a model of: "):
             config.load_checkpoint(path, need=("optimizer",))
+
+
+def test_os_errors_are_told_by_the_file_that_failed_and_the_systems_reason(tmp_path):
+    missing = str(tmp_path / "no" / "such.txt")
+    with pytest.raises(data.DataError) as e:
+        with data.reading("the file asked for"):                    # the error's own file, not the one asked for
+            open(missing)
+    assert str(e.value) == f"{missing}: cannot be read (No such file or directory)"
+    with pytest.raises(data.DataError) as e:
+        with data.reading("the file asked for"):
+            raise OSError("no file named")                         # no file, no reason: the path and the message
+    assert str(e.value) == "the file asked for: cannot be read (no file named)"
+    with pytest.raises(data.DataError) as e:
+        data.atomic_write(missing, lambda f: f.write("x"), mode="w")
+    assert str(e.value) == f"cannot write {missing}: No such file or directory; {missing} is left as it was"
+    assert data.error_line(FileNotFoundError(2, "No such file or directory", missing)) == (
+        f"{missing}: No such file or directory; check that path (and the free space)")
+    assert data.error_line(OSError("disk on fire")) == "a file: disk on fire; check that path (and the free space)"
