@@ -113,3 +113,12 @@ def test_os_errors_are_told_by_the_file_that_failed_and_the_systems_reason(tmp_p
     assert data.error_line(FileNotFoundError(2, "No such file or directory", missing)) == (
         f"{missing}: No such file or directory; check that path (and the free space)")
     assert data.error_line(OSError("disk on fire")) == "a file: disk on fire; check that path (and the free space)"
+
+
+def test_distractors_end_as_line_ink_on_an_empty_canvas():
+    from tasks import pathfinder as pf
+    B = 4
+    near, ink = np.zeros((B, pf.PF_N, pf.PF_N), np.uint8), np.zeros((B, pf.PF_N, pf.PF_N), np.uint8)
+    pf._pf_distractors(near, np.zeros_like(near), ink, np.arange(B) * pf.PF_N * pf.PF_N, np.random.default_rng(0))
+    assert set(np.unique(ink).tolist()) == {0, 1}                # drawn as lines, nothing left "in progress"
+    assert ((ink == 1).sum((1, 2)) >= 5).all()                   # at least one 5-pixel dash in every image
