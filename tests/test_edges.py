@@ -122,3 +122,12 @@ def test_distractors_end_as_line_ink_on_an_empty_canvas():
     pf._pf_distractors(near, np.zeros_like(near), ink, np.arange(B) * pf.PF_N * pf.PF_N, np.random.default_rng(0))
     assert set(np.unique(ink).tolist()) == {0, 1}                # drawn as lines, nothing left "in progress"
     assert ((ink == 1).sum((1, 2)) >= 5).all()                   # at least one 5-pixel dash in every image
+
+
+@pytest.mark.parametrize("name", ["text", "imdb"])
+def test_cached_labels_are_stored_as_checked_bytes(name, tmp_path):
+    from test_data import write_aclimdb
+    kw = {"tokenizer": "byte"} if name == "imdb" else {}
+    data.load_task(name, cache_dir=str(tmp_path / "c"), data_dir=str(write_aclimdb(tmp_path / "d")), **kw)
+    stored = sorted((tmp_path / "c").rglob("*.labels.npy"))
+    assert stored and all(np.load(p).dtype == np.uint8 for p in stored)
