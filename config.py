@@ -413,7 +413,7 @@ def parse_args(argv, description=None):
                            f"{meaning.get(f.name, '')} [{shown.get(f.name, f.default)}]".strip())
     args = p.parse_args(argv)
     given = {k for k, v in vars(args).items() if v is not None}
-    for name in sorted(given & set(unused))[:1]:              # a field the model has but does not use
+    for name in sorted(given & set(unused)):                  # a field the model has but does not use: the first
         raise UsageError(f"--{name}: {unused[name]}; it is no setting of --model {model_name}")
     for name, known_names in (("model", MODELS), ("task", data.TASKS), ("preset", PRESETS)):
         if getattr(args, name) is not None and getattr(args, name) not in known_names:

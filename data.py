@@ -197,6 +197,9 @@ class ClassificationSplit:
                 raise ValueError("a shifted split needs the lengths of its examples")
             lengths = (tokens != 0).sum(-1)
         self.doc_lengths = np.asarray(lengths)
+        if not len(tokens) == len(self.labels) == len(self.doc_lengths):
+            raise ValueError(f"{len(tokens)} rows of tokens, {len(self.labels)} labels and {len(self.doc_lengths)} "
+                             "lengths: one of each an example")
         self.lengths = self.doc_lengths.reshape(len(self.labels), -1).max(-1)  # the longer of a pair
 
     def __len__(self):
@@ -755,7 +758,7 @@ def cls_task(name, kind, folder, vocab_size, block_size, n_classes, offset, spli
         with reading(os.path.join(folder, f"{stored}.*.npy"), "is damaged", f"; delete {folder} to rebuild it"):
             tokens, labels, lengths = (np.load(os.path.join(folder, f"{stored}.{a}.npy"), mmap_mode=mode)
                                        for a, mode in (("tokens", "r"), ("labels", None), ("lengths", None)))
-        return ClassificationSplit(tokens, labels, lengths, offset).truncate(block_size)
+            return ClassificationSplit(tokens, labels, lengths, offset).truncate(block_size)
 
     return Task(name, kind, vocab_size, block_size, n_classes, {s: (lambda f=f: load(f)) for s, f in splits.items()},
                 sources={s: os.path.join(folder, f"{f}.*.npy") for s, f in splits.items()})

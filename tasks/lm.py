@@ -163,8 +163,8 @@ def lm_bin_task(name, folder, block_size, splits, sources=None):
         raise DataError(f"{os.path.join(folder, 'meta.json')}: expected {{\"vocab_size\": N, \"dtype\": \"uint16\"}}"
                         f"{hint}") from None
     sources = sources or {s: os.path.join(folder, f"{s}.bin") for s in splits}
-    loaders = {s: (lambda s=s: LMSplit(load_bin(os.path.join(folder, f"{s}.bin"), dtype), block_size, sources[s]))
-               for s in splits}
+    loaders = {s: (lambda s=s, source=sources[s]: LMSplit(load_bin(os.path.join(folder, f"{s}.bin"), dtype),
+                                                          block_size, source)) for s in splits}
     return Task(name, "lm", vocab_size, block_size, 0, loaders, sources=sources, meta=meta)
 
 

@@ -341,13 +341,14 @@ VARIANTS = {
     "pathfinder": (lambda t, hf: write_pathfinder_release(t / "pf"), {}, [dict(block_size=64), dict(data_dir="pf")]),
     "image": (lambda t, hf: write_cifar(t / "d" / "cifar-10-batches-py"), {"data_dir": "d"}, [dict(block_size=100)]),
     "text": (lambda t, hf: write_aclimdb(t / "d"), {"data_dir": "d"}, [dict(block_size=4100), dict(block_size=100)]),
-    "retrieval": (lambda t, hf: write_aan(t / "d", 6), {"data_dir": "d"}, [dict(block_size=4200)]),
+    "retrieval": (lambda t, hf: write_aan(t / "d", 6), {"data_dir": "d"},
+                  [dict(block_size=4200), dict(block_size=100)]),
     "imdb": (lambda t, hf: write_aclimdb(t / "d"), {"data_dir": "d", "tokenizer": "byte"},
-             [dict(block_size=600), dict(tokenizer="rbyte"), dict(tokenizer="bert"),
+             [dict(block_size=600), dict(block_size=100), dict(tokenizer="rbyte"), dict(tokenizer="bert"),
               dict(tokenizer="bert", block_size=20)]),
     "agnews": (lambda t, hf: write_agnews(t / "d", [(1, "the cat", "sat")] * 9, [(3, "team", "won")]),
                {"data_dir": "d", "tokenizer": "byte"},
-               [dict(block_size=600), dict(tokenizer="rbyte"), dict(tokenizer="bert"),
+               [dict(block_size=600), dict(block_size=100), dict(tokenizer="rbyte"), dict(tokenizer="bert"),
                 dict(tokenizer="bert", block_size=20)]),
     "ptb": (lambda t, hf: write_ptb(t / "d"), {"data_dir": "d", "tokenizer": "char", "block_size": 4},
             [dict(block_size=3)]),
@@ -400,7 +401,10 @@ def test_every_task_and_every_setting_of_its_loader_is_covered():
 def test_a_cache_name_follows_every_setting_that_changes_its_content(name, tmp_path, hf, small_pathfinder,
                                                                     monkeypatch):
     """Each setting builds its caches in a cache folder of its own; wherever two of them use the same name, the
-    contents must be the same: the name missed no setting, nor any change of the data, that changed them."""
+    contents must be the same: the name missed no setting, nor any change of the data, that changed them. And two
+    settings that differ in block_size alone and give the same contents (a token stream, cut into windows later)
+    use the same name, in whichever cache folder and however --data_dir names the files: none of these is in it,
+    so that no cache is built twice."""
     monkeypatch.setattr(tasks.listops_format, "LISTOPS_NPY_MIN_BYTES", 0)       # every TSV through its cache
     for module in (tasks.text, lm):                          # "rbyte": a second BPE that needs no download
         monkeypatch.setattr(module, "get_tokenizer", lambda name, task, real=module.get_tokenizer:
@@ -408,18 +412,27 @@ def test_a_cache_name_follows_every_setting_that_changes_its_content(name, tmp_p
     setup, base, variants = VARIANTS[name]
     setup(tmp_path, hf)
     bert = [] if importlib.util.find_spec("tokenizers") is None else [bert_tokenizer(tmp_path)]
-    seen = {}
+    seen, names = {}, {}
 
-    def build(kw, cache):
+    def build(kw, cache, relative=False):
         if kw.get("tokenizer") == "bert" and not bert:
             return
-        kw = {k: str(tmp_path / v) if k == "data_dir" else bert[0] if v == "bert" else v for k, v in kw.items()}
+        kw = {k: (v if relative else str(tmp_path / v)) if k == "data_dir" else bert[0] if v == "bert" else v
+              for k, v in kw.items()}
         load(name, kw, cache)
+        same = {k: os.path.abspath(v) if k == "data_dir" else v for k, v in kw.items() if k != "block_size"}
         for folder, digest in folder_contents(cache).items():
             first = seen.setdefault(folder, (kw, digest))
             assert first[1] == digest, f"{name}: {folder} holds other data with {kw} than with {first[0]}"
+            for other, where, built in names.setdefault(digest, []):
+                assert built == cache or other != same or where == folder, (
+                    f"{name}: {folder} with {kw} holds what {where} holds with {other}")
+            names[digest].append((same, folder, cache))
     for i, v in enumerate([{}, *variants]):
         build({**base, **v}, tmp_path / f"c{i}")
+    if "data_dir" in base:                                   # the same files named from another folder
+        monkeypatch.chdir(tmp_path)
+        build(base, tmp_path / "relative", relative=True)
     if DATA_CHANGES[name]:
         change, kw = DATA_CHANGES[name]
         change(tmp_path)

@@ -106,6 +106,9 @@ def test_metrics_checkpoint_and_eval_on_other_data(lra, tmp_path):
     device = "cuda" if torch.cuda.is_available() else "cpu"           # --device auto
     assert saved["machine"] == config.machine(device) and saved["machine"].endswith(f"torch {torch.__version__}")
     assert (out / "metrics.json").read_text().endswith("}\n")    # a text file: its last line ends
+    assert list(saved)[:2] == ["model", "task"] and list(saved["best"])[0] == "step"    # read from the top
+    records = [list(json.loads(line)) for line in open(out / "log.jsonl")]
+    assert all(r[0] == "step" for r in records) and [r[-1] for r in records if "val_loss" in r] == ["time"]
     assert saved == json.loads(json.dumps(m))
     assert sorted(os.listdir(out)) == ["best.pt", "ckpt.pt", "log.jsonl", "loss.png", "metrics.json"]   # no lock,
     # no temporary file left
