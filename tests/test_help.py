@@ -205,3 +205,14 @@ def test_the_written_out_presets_are_the_old_tables(monkeypatch):
     monkeypatch.setattr(config, "PRESETS", OLD_PRESETS)
     for c in combos:                                         # ... and the same settings once resolved
         assert new[c] == resolved("--model", c[0], "--task", c[1], "--preset", c[2]), c
+
+
+def test_a_preset_wins_over_a_models_own_flags_in_help_and_in_the_run(monkeypatch, capsys):
+    """softmax's own flags (attention softmax, variant vanilla) come first, a preset's entry for it after them: a
+    preset that sets the variant is what --help shows (the order of the layers)."""
+    patched = {**config.PRESETS["cpu"], ("softmax", "ptb"): {**config.PRESETS["cpu"].get(("softmax", "ptb"), {}),
+                                                            "variant": "res"}}
+    monkeypatch.setitem(config.PRESETS, "cpu", patched)
+    assert config.MODELS["softmax"][1]["variant"] == "vanilla"
+    assert config.help_values("softmax", "ptb", "cpu")["variant"] == "res"
+    assert shown(help_text(capsys, "--model", "softmax", "--task", "ptb"), "variant") == "res"
