@@ -622,7 +622,8 @@ def cached_vector_field(X, w, c, cache, t0, capacity):
     if t0 == 0:                                                                  # the prompt: the forward's
         Y = F.scaled_dot_product_attention(q, k, v, is_causal=True)              # causal attention
     else:                                                                        # softmax(q_t K_{1..t}^T / sqrt(d)) V
-        Y = F.scaled_dot_product_attention(q, cache["K"][:, :, :t0 + T], cache["V"][:, :, :t0 + T])
+        K, V = cache["K"][:, :, :t0 + 1], cache["V"][:, :, :t0 + 1]              # (B, H, t, d): one new token
+        Y = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(K.shape[-1]), dim=-1) @ V              # (B, H, 1, d)
     attn = w.o(Y.transpose(1, 2).reshape(B, T, D))                               # (B, T, D)
     # (5) MLP on each token alone
     Z = w.fc(w.ln2(X))

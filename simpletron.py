@@ -518,7 +518,8 @@ def attention_step(attn, x, cache, w, t0, capacity):
         if t0 == 0:                                          # the prompt: the forward's causal attention
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:                                                # softmax(q_t K_{1..t}^T / sqrt(d)) V_{1..t}
-            y = F.scaled_dot_product_attention(q, cache["K"][:, :, :t0 + T], cache["V"][:, :, :t0 + T])
+            K, V = cache["K"][:, :, :t0 + 1], cache["V"][:, :, :t0 + 1]                  # (B, H, t, d)
+            y = torch.softmax(q @ K.transpose(-2, -1) / math.sqrt(K.shape[-1]), dim=-1) @ V   # (B, H, 1, d)
     elif t0 == 0:                                            # the prompt: the chunked parallel form, and the
         y = causal_simple_attention(q, k, v, attn.chunk, attn.causal_scale, attn.block_size)   # state after it:
         cache["S"] = k.transpose(-2, -1) @ v                 # S_T = sum_{s<=T} K_s^T V_s     (B, H, d, d)

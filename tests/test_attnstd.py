@@ -106,7 +106,7 @@ def test_attention_std_leaves_the_mode_and_training_alone(tmp_path):
     assert [r["step"] for r in recs] == [0, 2, 4, 6]
     # the last record: the trained model on the fixed val batch (min(batch_size, 64) rows, drawn with seed 4321)
     metrics = json.load(open(tmp_path / "std" / "metrics.json"))
-    ckpt = torch.load(tmp_path / "std" / "ckpt.pt", weights_only=True)
+    ckpt = torch.load(tmp_path / "std" / "ckpt.pt", map_location="cpu", weights_only=True)
     model = config.build_model(ckpt["model_name"], ckpt["config"])
     model.load_state_dict(ckpt["model"])
     task = data.load_task("listops", cache_dir=metrics["args"]["cache_dir"], data_dir=str(lra),

@@ -5,6 +5,7 @@ import json
 import math
 import re
 import sys
+import types
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import torch
 import bert
 import data
 import simpletron as st
+import runsetup
 import train
 
 V, D, H, N_LAYERS, FFN, P = 30, 16, 4, 2, 40, 24     # FFN 40 = 2.5 D: not a multiple of the width
@@ -242,7 +244,7 @@ def test_train_init_from_bert_end_to_end(tmp_path, fmt):
     # lr 0: the weights stay BERT's, so the saved model is from_bert's, with the task's ids BERT's WordPiece
     out = train.main([str(a) for a in [*common, "--model", "softmax", "--max_iters", "2", "--lr", "0",
                                        "--out_dir", tmp_path / "softmax"]])
-    ckpt = torch.load(tmp_path / "softmax" / "ckpt.pt", weights_only=True)
+    ckpt = torch.load(tmp_path / "softmax" / "ckpt.pt", map_location="cpu", weights_only=True)
     assert ckpt["config"]["attention"] == "softmax" and ckpt["config"]["n_classes"] == 4
     model = st.Model(st.Config(**ckpt["config"])).double().eval()
     model.load_state_dict(ckpt["model"])
@@ -282,7 +284,7 @@ def test_train_init_from_bert_bad_input_is_one_line(tmp_path, monkeypatch):
     assert "listops" in run("--init_from_bert", folder, task="listops")
     assert "n_embd is BERT's own" in run("--init_from_bert", folder, "--n_embd", "32")
     assert "n_layer 5" in run("--init_from_bert", folder, "--n_layer", "5")
-    weights = torch.load(folder / "pytorch_model.bin", weights_only=True)
+    weights = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
     raw = (folder / "pytorch_model.bin").read_bytes()
     (folder / "pytorch_model.bin").write_bytes(raw[:len(raw) // 2])          # a download cut in half
     msg = run("--init_from_bert", folder)
@@ -308,3 +310,15 @@ def test_bert_fields_default_to_the_models_own_block():
     m = st.Model(st.Config(vocab_size=11, block_size=6, n_layer=1, n_embd=8, n_head=2, mlp_ratio=3))
     assert m.cls is not None and m.wpe.weight.shape == (7, 8) and m.blocks[0].mlp.fc.weight.shape == (24, 8)
     assert isinstance(m.ln_e, torch.nn.Identity) and m.ln_f.eps == m.blocks[0].ln2.eps == 1e-5
+
+
+def test_a_flag_given_wins_over_the_models_own_under_init_from_bert(tmp_path, monkeypatch):
+    """BERT's shape < the model's own settings (softmax: attention softmax, variant vanilla) < the flags given."""
+    monkeypatch.setitem(sys.modules, "tokenizers", types.ModuleType("tokenizers"))   # only its presence is asked
+    folder, _ = bert_folder(tmp_path / "bert")
+    common = ["--task", "agnews", "--data_dir", str(write_agnews(tmp_path / "news")), "--init_from_bert", str(folder),
+              "--model", "softmax", "--block_size", "16", "--out_dir", str(tmp_path / "o")]
+    config = runsetup.settings(common)[-1]
+    assert (config["attention"], config["variant"], config["n_layer"]) == ("softmax", "vanilla", N_LAYERS)
+    config = runsetup.settings([*common, "--variant", "resl", "--attention", "simple"])[-1]
+    assert (config["attention"], config["variant"], config["n_layer"]) == ("simple", "resl", N_LAYERS)

@@ -919,7 +919,7 @@ def test_train_finetune_with_other_steps_and_lora(ptb, tmp_path):
     src = torch.load(base / "ckpt.pt", map_location="cpu", weights_only=True)["model"]
     assert not any(k.startswith("temporal.") for k in ckpt["model"])
     # LoRA: the frozen block weights are those discretize made from the base model
-    base_model = config.build_model("diffeqformer", torch.load(base / "ckpt.pt", weights_only=True)["config"])
+    base_model = config.build_model("diffeqformer", torch.load(base / "ckpt.pt", map_location="cpu", weights_only=True)["config"])
     base_model.load_state_dict(src)
     expected = base_model.discretize(3).blocks[2].fc.weight
     assert torch.equal(ckpt["model"]["blocks.2.fc.weight"], expected)

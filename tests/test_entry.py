@@ -66,7 +66,7 @@ def w(tmp_path_factory):
 
 def edited(w, t, **change):
     """A copy of the character model's checkpoint with `change` applied (None removes a key)."""
-    ckpt = torch.load(w.lm, weights_only=True)
+    ckpt = torch.load(w.lm, map_location="cpu", weights_only=True)
     for k, v in change.items():
         ckpt.pop(k) if v is None else ckpt.__setitem__(k, v(ckpt) if callable(v) else v)
     torch.save(ckpt, t / "edited.pt")
@@ -601,5 +601,5 @@ def test_a_cache_folder_that_cannot_be_made_is_one_line_from_train_py(tmp_path):
 
 def test_lyapunov_text_may_hold_bytes_that_are_not_utf8(w):
     """A byte-level model's --text with a byte that is not UTF-8 (the shell passes it on as it is): that byte."""
-    ids, labels = analyze.encode_text("a\udcff", torch.load(w.deq, weights_only=True))
+    ids, labels = analyze.encode_text("a\udcff", torch.load(w.deq, map_location="cpu", weights_only=True))
     assert ids.tolist() == [[ord("a") + 1, 0xff + 1]] and labels == ["a", "\\xff"]

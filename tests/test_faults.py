@@ -102,11 +102,11 @@ def test_a_nan_loss_stops_the_run_at_that_step_and_writes_none_of_it(lra, tmp_pa
     poison(monkeypatch, 5, "loss")
     with pytest.raises(rundir.Diverged) as e:
         run(*common, "--max_iters", "8", "--out_dir", out)
-    best = torch.load(out / "best.pt", weights_only=True)["iter"]
+    best = torch.load(out / "best.pt", map_location="cpu", weights_only=True)["iter"]
     assert one_line(e) == (f"step 5: the loss is nan; stopped before writing it: {out / 'ckpt.pt'} keeps step 4 "
                            f"(best.pt: step {best}); lower --lr or --grad_clip")
     assert (out / "ckpt.pt").read_bytes() == written[-1]                    # the checkpoint of step 4, as it was
-    assert torch.load(out / "ckpt.pt", weights_only=True)["iter"] == 4 and best in (2, 4)
+    assert torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)["iter"] == 4 and best in (2, 4)
     assert not (out / "metrics.json").exists() and leftovers(out) == []    # no final evaluation, lock released
     assert max(r["step"] for r in records(out)) == 4                        # step 5 is not in the log
     for path in (out / "ckpt.pt", out / "best.pt"):                          # both load, every weight finite
@@ -174,9 +174,9 @@ def test_best_pt_is_the_highest_val_accuracy_and_metrics_json_evaluates_it(lra, 
     out = tmp_path / "o"
     fake_val(monkeypatch, [0.1, 0.5, 0.3, 0.5], "acc")      # steps 2, 4, 6, 8: the best is step 4 (a tie is no gain)
     m = run("--data_dir", lra, *TINY, "--max_iters", "8", "--eval_interval", "2", "--out_dir", out)
-    best = torch.load(out / "best.pt", weights_only=True)
+    best = torch.load(out / "best.pt", map_location="cpu", weights_only=True)
     assert best["iter"] == 4 and set(best) == {"model_name", "config", "model", "args", "iter"}      # no optimiser
-    assert torch.load(out / "ckpt.pt", weights_only=True)["best"] == {"step": 4, "val_acc": 0.5}
+    assert torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)["best"] == {"step": 4, "val_acc": 0.5}
     assert m["iters"] == 8 and m["best"]["step"] == 4
     assert set(m["best"]) == {"step", "val_loss", "val_acc", "test_loss", "test_acc"}
     monkeypatch.undo()
@@ -192,7 +192,7 @@ def test_best_pt_of_a_language_model_is_the_lowest_val_loss_and_the_final_one_is
     fake_val(monkeypatch, [3.0, 2.0, 2.5, 1.5], "loss")
     m = run("--task", "textfile", "--data_dir", tmp_path / "txt", "--tokenizer", "byte", "--block_size", "8", *TINY,
             "--max_iters", "8", "--eval_interval", "2", "--out_dir", tmp_path / "lm", "--cache_dir", tmp_path / "c")
-    assert torch.load(tmp_path / "lm" / "best.pt", weights_only=True)["iter"] == 8
+    assert torch.load(tmp_path / "lm" / "best.pt", map_location="cpu", weights_only=True)["iter"] == 8
     assert m["best"] == {"step": 8, "val_loss": m["val_loss"], "val_ppl": m["val_ppl"]}     # (textfile: no test)
 
 
@@ -201,7 +201,7 @@ def test_best_survives_a_resume(lra, tmp_path, monkeypatch):
     common = ["--data_dir", lra, *TINY, "--eval_interval", "2"]
     run(*common, "--max_iters", "4", "--out_dir", tmp_path / "o")          # best: step 2
     m = run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "6")    # 0.3 at step 6 is no gain over 0.4
-    assert m["best"]["step"] == 2 and torch.load(tmp_path / "o" / "best.pt", weights_only=True)["iter"] == 2
+    assert m["best"]["step"] == 2 and torch.load(tmp_path / "o" / "best.pt", map_location="cpu", weights_only=True)["iter"] == 2
 
 
 # ----------------------------------------------------------------------------------------------
@@ -327,7 +327,7 @@ def test_a_second_train_py_on_the_same_folder_stops_at_once_and_a_dead_ones_lock
         first.kill()                                         # kill -9: its lock stays, naming a dead process
         first.wait()
     assert (out / "lock").exists()
-    step = torch.load(out / "ckpt.pt", weights_only=True)["iter"]
+    step = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)["iter"]
     m = run("--resume", "--out_dir", out, "--max_iters", step + 2)       # the dead process's lock: taken
     assert m["iters"] == step + 2 and leftovers(out) == []
 
@@ -353,7 +353,7 @@ def test_a_new_run_never_replaces_another_unless_told(lra, tmp_path, monkeypatch
                            "it, or another --out_dir")
     assert {n: (out / n).read_bytes() for n in saved} == saved and leftovers(out) == []
     m = run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "5", "--out_dir", out, "--overwrite")
-    assert m["iters"] == 2 and torch.load(out / "best.pt", weights_only=True)["iter"] == 2
+    assert m["iters"] == 2 and torch.load(out / "best.pt", map_location="cpu", weights_only=True)["iter"] == 2
     assert max(r["step"] for r in records(out)) == 2         # a new log
     run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", out.parent / "ev")
     run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", out.parent / "ev")   # evaluations: no guard
@@ -414,7 +414,7 @@ def test_ctrl_c_stops_within_seconds_and_the_resumed_run_ends_as_an_uninterrupte
     # the step it came in, the checkpoint, the exit: about a second on an idle machine (asked: 5 s); 10 s allowed
     # for a CPU shared with other work
     assert p.returncode == 130 and seconds < 10, (p.returncode, seconds, err[-2000:])
-    step = torch.load(out / "ckpt.pt", weights_only=True)["iter"]
+    step = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)["iter"]
     assert 5 <= step < 40 and not (out / "metrics.json").exists() and leftovers(out) == []
     assert f"interrupted at step {step} of 40; continue with: python train.py --resume --out_dir {out}\n" in rest
     resumed = run("--resume", "--out_dir", out)

@@ -22,7 +22,7 @@ def lra(tmp_path_factory):
 
 
 def ckpt(folder):
-    return torch.load(folder / "ckpt.pt", weights_only=True)
+    return torch.load(folder / "ckpt.pt", map_location="cpu", weights_only=True)
 
 
 def equal_states(a, b):

@@ -55,7 +55,7 @@ class Model(nn.Module):
 
     def forward(self, idx, targets=None):
         total = self.wte(idx).cumsum(1)                  # (B, L, D)
-        logits = self.out(self.norm(total / torch.arange(1, idx.shape[1] + 1)[:, None]))
+        logits = self.out(self.norm(total / torch.arange(1, idx.shape[1] + 1, device=idx.device)[:, None]))
         loss = None if targets is None else F.cross_entropy(logits.flatten(0, 1), targets.flatten())
         return logits, loss
 

@@ -55,8 +55,8 @@ def test_resume_replays_an_uninterrupted_run(lra, tmp_path):
     whole, part = losses(tmp_path / "whole"), losses(tmp_path / "part")
     assert sorted(part) == list(range(1, 9))
     assert all(part[s] == whole[s] for s in range(1, 9)), (part, whole)       # bit for bit
-    a = torch.load(tmp_path / "whole" / "ckpt.pt", weights_only=True)["model"]
-    b = torch.load(tmp_path / "part" / "ckpt.pt", weights_only=True)["model"]
+    a = torch.load(tmp_path / "whole" / "ckpt.pt", map_location="cpu", weights_only=True)["model"]
+    b = torch.load(tmp_path / "part" / "ckpt.pt", map_location="cpu", weights_only=True)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -68,7 +68,7 @@ def test_log_times_are_the_runs_seconds_across_resume(lra, tmp_path):
     common = ["--data_dir", lra, *TINY, "--eval_interval", "3"]
     out = tmp_path / "run"
     run(*common, "--max_iters", "3", "--out_dir", out)
-    saved = torch.load(out / "ckpt.pt", weights_only=True)["time"]
+    saved = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)["time"]
     run("--resume", "--out_dir", out, "--max_iters", "6")
     wall = time.time() - t0
     with open(out / "log.jsonl") as f:
@@ -112,7 +112,7 @@ def test_metrics_checkpoint_and_eval_on_other_data(lra, tmp_path):
     assert saved == json.loads(json.dumps(m))
     assert sorted(os.listdir(out)) == ["best.pt", "ckpt.pt", "log.jsonl", "loss.png", "metrics.json"]   # no lock,
     # no temporary file left
-    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    ckpt = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)
     assert ckpt["iter"] == 4 and ckpt["model_name"] == "simpletron"
 
     # the checkpoint evaluated on a test split it never saw, in a folder with nothing else
@@ -136,8 +136,8 @@ def test_attention_transfer_through_train(lra, tmp_path):
     run("--data_dir", lra, *TINY, "--max_iters", "3", "--out_dir", tmp_path / "simple")
     run("--model", "softmax", "--transfer_from", tmp_path / "simple" / "ckpt.pt", "--data_dir", lra, *TINY,
         "--max_iters", "3", "--out_dir", tmp_path / "soft")
-    src = torch.load(tmp_path / "simple" / "ckpt.pt", weights_only=True)
-    dst = torch.load(tmp_path / "soft" / "ckpt.pt", weights_only=True)
+    src = torch.load(tmp_path / "simple" / "ckpt.pt", map_location="cpu", weights_only=True)
+    dst = torch.load(tmp_path / "soft" / "ckpt.pt", map_location="cpu", weights_only=True)
     assert dst["config"]["attention"] == "softmax" and dst["config"]["freeze_qkv"]
     assert torch.equal(src["model"]["blocks.0.attn.qkv.weight"], dst["model"]["blocks.0.attn.qkv.weight"])
     assert not torch.equal(src["model"]["blocks.0.mlp.fc.weight"], dst["model"]["blocks.0.mlp.fc.weight"])
@@ -338,7 +338,7 @@ LINEAR = ["--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--eval_iters", "
 
 
 def weights(out_dir):
-    return torch.load(os.path.join(out_dir, "ckpt.pt"), weights_only=True)["model"]
+    return torch.load(os.path.join(out_dir, "ckpt.pt"), map_location="cpu", weights_only=True)["model"]
 
 
 def flat(state):
@@ -488,7 +488,7 @@ def test_time_limit_is_minutes_of_wall_time():
 def test_a_run_stops_at_its_time_limit_and_says_so(lra, tmp_path, capsys):
     m = run("--data_dir", lra, *TINY, "--max_iters", "50", "--time_limit", "0.0001", "--out_dir", tmp_path / "o")
     assert m["stopped"] == "time_limit (0.0001 min)" and m["iters"] == 0     # 6 ms: gone before step 1
-    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 0
+    assert torch.load(tmp_path / "o" / "ckpt.pt", map_location="cpu", weights_only=True)["iter"] == 0
     out = capsys.readouterr().out
     assert "training stops after 0.0001 min of wall time (--time_limit)\n" in out
     assert (f"stopped at step 0 of 50 (--time_limit 0.0001 min); continue with: python train.py --resume --out_dir "
@@ -535,12 +535,12 @@ def test_resume_says_where_it_resumes(lra, tmp_path, capsys):
     run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "3")
     assert f"resuming {tmp_path / 'o'} at step 2" in capsys.readouterr().out
     # a checkpoint that does not say how many processes wrote it: one, so its batch is kept as it is
-    ckpt = torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)
+    ckpt = torch.load(tmp_path / "o" / "ckpt.pt", map_location="cpu", weights_only=True)
     del ckpt["world_size"]
     torch.save(ckpt, tmp_path / "o" / "ckpt.pt")
     run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
     assert "processes of --batch_size" not in capsys.readouterr().out
-    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["args"]["batch_size"] == 4
+    assert torch.load(tmp_path / "o" / "ckpt.pt", map_location="cpu", weights_only=True)["args"]["batch_size"] == 4
 
 
 def test_eta_at_the_pace_of_the_last_steps():
@@ -587,7 +587,7 @@ def test_ctrl_c_finishes_the_step_saves_it_and_says_how_to_continue(lra, tmp_pat
     before = signal.getsignal(signal.SIGINT)                 # Python's, or SIG_IGN in a background job
     with pytest.raises(train.Interrupted) as e:
         run("--data_dir", lra, *TINY, "--max_iters", "6", "--eval_interval", "6", "--out_dir", tmp_path / "o")
-    assert torch.load(tmp_path / "o" / "ckpt.pt", weights_only=True)["iter"] == 3     # the step it was in
+    assert torch.load(tmp_path / "o" / "ckpt.pt", map_location="cpu", weights_only=True)["iter"] == 3     # the step it was in
     assert not (tmp_path / "o" / "metrics.json").exists()   # no final evaluation: nothing passes for finished
     assert str(e.value) == f"interrupted at step 3 of 6; continue with: python train.py --resume --out_dir {tmp_path / 'o'}"
     assert signal.getsignal(signal.SIGINT) == before           # Ctrl-C is handled as it was again
