@@ -499,12 +499,12 @@ SMALL = ("--task listops --listops_depth 3 --listops_args 2,3 --listops_len 5,20
 # Recall: 2 layers, one head, the same 4,096 tokens a step at every length (batch 64 at 64 tokens, 16 at 256: 256
 # answers a step at each of Zoology's settings); each model at the learning rate that recall-lr found best for it
 RECALL_TOKENS = 4096
-RECALL_RECIPE = ("--n_layer 2 --max_iters 3000 --warmup 100 --schedule cosine --min_lr 0 --weight_decay 0.1 "
+RECALL_RECIPE = ("--n_layer 2 --max_iters 3000 --warmup 500 --schedule cosine --min_lr 0 --weight_decay 0.1 "
                  "--beta2 0.999 --grad_clip 1.0 --dropout 0.0 --eval_interval 500 --eval_iters 20")
 RECALL_MODELS = {"GPT": ("softmax", "--norm pre --n_head 1"), "SimpleTRON": ("simpletron", "--n_head 1"),
                  "TransJect": ("transject", ""), "DiffEqFormer": ("diffeqformer", "--n_head 1 --time_dim 8")}
 # recall-lr's choice: the best val accuracy, and of two within 0.1 points the smaller learning rate
-RECALL_LR = {"softmax": "5e-4", "simpletron": "5e-4", "transject": "2e-3", "diffeqformer": "2.5e-4"}
+RECALL_LR = {"softmax": "5e-4", "simpletron": "2e-3", "transject": "2e-3", "diffeqformer": "2.5e-4"}
 RECALL_LR_GRID = ("2.5e-4", "5e-4", "1e-3", "2e-3")
 RECALL_SETTINGS = ((64, 4), (128, 8), (256, 16), (256, 32))         # Zoology's three, and 32 pairs in 256 tokens
 RECALL_WIDTHS = (16, 32, 64)

@@ -31,7 +31,7 @@ for s in $SETTINGS; do
             [ -f "$OUT/runs/$name/metrics.json" ] && continue          # done before: a rerun does the rest
             rm -rf "$OUT/runs/$name"
             echo "$PY train.py --task mqar --recall_len $L --recall_pairs $P --recall_vocab $VOCAB --recall_sizes $SIZES \
---cache_dir $OUT/data --model $m --lr $lr --n_embd $w --batch_size $((TOKENS / L)) --n_layer 2 --max_iters $STEPS --warmup 100 \
+--cache_dir $OUT/data --model $m --lr $lr --n_embd $w --batch_size $((TOKENS / L)) --n_layer 2 --max_iters $STEPS --warmup 500 \
 --schedule cosine --min_lr 0 --weight_decay 0.1 --beta2 0.999 --grad_clip 1.0 --dropout 0.0 --eval_interval $STEPS --eval_iters 4 \
 --device $DEVICE --out_dir $OUT/runs/$name > $OUT/runs/$name.log 2>&1 || echo failed: $name"
           done
