@@ -214,7 +214,7 @@ class TemporalLayerNorm(Temporal):
         self.H = nn.Parameter(torch.zeros(self.rows, c.n_embd)) if self.layer_norm and c.bias else None
 
     def forward(self, phi):                                                      # -> gamma (T, D), beta (T, D)
-        E = self.basis(phi)                  # in the parameters' precision under autocast too, as nn.LayerNorm's weights
+        E = self.basis(phi)                        # in the parameters' precision, under autocast too (as LayerNorm's)
         return 1 + (E @ self.G).to(self.G.dtype), None if self.H is None else (E @ self.H).to(self.H.dtype)
 
     def map(self, gamma, beta):

@@ -916,10 +916,11 @@ def test_train_finetune_with_other_steps_and_lora(ptb, tmp_path):
     ckpt = torch.load(ft / "ckpt.pt", map_location="cpu", weights_only=True)   # (trained on a GPU if there is one)
     assert ckpt["config"]["discrete"] and ckpt["config"]["n_layer"] == 3
     assert ckpt["config"]["lora_r"] == 2 and ckpt["config"]["lora_scale"] == 2.0
-    src = torch.load(base / "ckpt.pt", map_location="cpu", weights_only=True)["model"]
+    base_ckpt = torch.load(base / "ckpt.pt", map_location="cpu", weights_only=True)
+    src = base_ckpt["model"]
     assert not any(k.startswith("temporal.") for k in ckpt["model"])
     # LoRA: the frozen block weights are those discretize made from the base model
-    base_model = config.build_model("diffeqformer", torch.load(base / "ckpt.pt", map_location="cpu", weights_only=True)["config"])
+    base_model = config.build_model("diffeqformer", base_ckpt["config"])
     base_model.load_state_dict(src)
     expected = base_model.discretize(3).blocks[2].fc.weight
     assert torch.equal(ckpt["model"]["blocks.2.fc.weight"], expected)

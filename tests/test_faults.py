@@ -201,7 +201,8 @@ def test_best_survives_a_resume(lra, tmp_path, monkeypatch):
     common = ["--data_dir", lra, *TINY, "--eval_interval", "2"]
     run(*common, "--max_iters", "4", "--out_dir", tmp_path / "o")          # best: step 2
     m = run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "6")    # 0.3 at step 6 is no gain over 0.4
-    assert m["best"]["step"] == 2 and torch.load(tmp_path / "o" / "best.pt", map_location="cpu", weights_only=True)["iter"] == 2
+    best = torch.load(tmp_path / "o" / "best.pt", map_location="cpu", weights_only=True)
+    assert m["best"]["step"] == 2 and best["iter"] == 2
 
 
 # ----------------------------------------------------------------------------------------------

@@ -99,8 +99,7 @@ def test_a_float16_run_resumes_exactly_with_its_scaler(lra, tmp_path, monkeypatc
 def test_every_model_trains_under_each_16_bit_autocast(lra, tmp_path, model, dtype):
     """CPU autocast casts less than CUDA's: DiffEqFormer's LayerNorm weights made by a matmul under bfloat16 once
     met float32 activations there and stopped the run with a traceback."""
-    tiny = TINY[:4] + TINY[6:] if model == "transject" else TINY          # TransJect has no --n_head
-    assert "--n_head" not in tiny or model != "transject"
+    tiny = TINY[:4] + TINY[6:] if model == "transject" else TINY          # TINY[4:6]: --n_head, none in TransJect
     m = run("--data_dir", lra, *tiny, "--model", model, "--dtype", dtype, "--device", "cpu", "--max_iters", "2",
             "--eval_interval", "2", "--out_dir", tmp_path / "o")
     assert m["iters"] == 2 and all(map(math.isfinite, losses(tmp_path / "o").values()))

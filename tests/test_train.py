@@ -587,7 +587,7 @@ def test_ctrl_c_finishes_the_step_saves_it_and_says_how_to_continue(lra, tmp_pat
     before = signal.getsignal(signal.SIGINT)                 # Python's, or SIG_IGN in a background job
     with pytest.raises(train.Interrupted) as e:
         run("--data_dir", lra, *TINY, "--max_iters", "6", "--eval_interval", "6", "--out_dir", tmp_path / "o")
-    assert torch.load(tmp_path / "o" / "ckpt.pt", map_location="cpu", weights_only=True)["iter"] == 3     # the step it was in
+    assert torch.load(tmp_path / "o" / "ckpt.pt", map_location="cpu", weights_only=True)["iter"] == 3   # its step
     assert not (tmp_path / "o" / "metrics.json").exists()   # no final evaluation: nothing passes for finished
     assert str(e.value) == f"interrupted at step 3 of 6; continue with: python train.py --resume --out_dir {tmp_path / 'o'}"
     assert signal.getsignal(signal.SIGINT) == before           # Ctrl-C is handled as it was again
