@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -31,7 +32,14 @@ import time
 import numpy as np
 import torch
 
-if int(os.environ.get("RANK", 0)):                          # torchrun: progress bars on rank 0 only
+
+def env_number(name):
+    """torchrun's RANK, LOCAL_RANK or WORLD_SIZE (0 when unset); one that is no number is 0 here, refused by main()."""
+    value = os.environ.get(name, "0")
+    return int(value) if re.fullmatch(r"[0-9]+", value) else 0
+
+
+if env_number("RANK"):                                      # torchrun: progress bars on rank 0 only
     os.environ.setdefault("TQDM_DISABLE", "1")
 # oneDNN keeps a compiled kernel per tensor shape met; batches of hundreds of lengths kept 3 GB through them
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
@@ -475,6 +483,11 @@ def train_session(args, dist, folder, task, model, ckpt, autocast, scaler, t_sta
 
 def main(argv=None):
     t_start = time.time()
+    bad = next((k for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+                if k in os.environ and not re.fullmatch(r"[0-9]+", os.environ[k])), None)
+    if bad:
+        raise UsageError(f"the environment variable {bad}={os.environ[bad]!r} is no process number (torchrun sets it): "
+                         f"unset {bad}, or start the run with torchrun")
     args, batch_given, source, ckpt, pretrained, config_dict = settings(sys.argv[1:] if argv is None else argv, __doc__)
     dist = Distributed(args.device)                          # torchrun's processes, or this one alone
     if ckpt is not None and ckpt.get("world_size", 1) != dist.world and not batch_given:
@@ -499,12 +512,12 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    rank = int(os.environ.get("RANK", 0))                    # torchrun: rank 0 prints, the others are quiet ...
+    rank = env_number("RANK")                                # torchrun: rank 0 prints, the others are quiet ...
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else open(os.devnull, "w")):
             main()
     except (UsageError, data.DataError, rundir.Diverged, OSError) as e:   # (OSError: a folder that failed mid-run)
-        if int(os.environ.get("LOCAL_RANK", 0)) == 0:       # ... but for an error: once on each machine
+        if env_number("LOCAL_RANK") == 0:                   # ... but for an error: once on each machine
             print(f"error: {data.error_line(e)}", file=sys.stderr)
         sys.exit(3 if isinstance(e, rundir.Diverged) else 2)
     except Interrupted as e:                                 # Ctrl-C: how to continue

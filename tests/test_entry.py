@@ -603,3 +603,15 @@ def test_lyapunov_text_may_hold_bytes_that_are_not_utf8(w):
     """A byte-level model's --text with a byte that is not UTF-8 (the shell passes it on as it is): that byte."""
     ids, labels = analyze.encode_text("a\udcff", torch.load(w.deq, map_location="cpu", weights_only=True))
     assert ids.tolist() == [[ord("a") + 1, 0xff + 1]] and labels == ["a", "\\xff"]
+
+
+# ----------------------------------------------------------------------------------------------
+# The third battery's kinds (docs/testing.md): each a fault that once ended in a traceback or went unnoticed
+
+@pytest.mark.parametrize("name", ["RANK", "LOCAL_RANK", "WORLD_SIZE"])
+def test_a_torchrun_variable_that_is_no_number_is_one_line(name, w, tmp_path, monkeypatch):
+    monkeypatch.setenv(name, "abc")
+    with pytest.raises(config.UsageError, match=f"{name}='abc'"):
+        train.main(["--data_dir", str(w.lra), "--out_dir", str(tmp_path / "o"), "--cache_dir", str(tmp_path / "c"),
+                    *TINY])
+    assert not (tmp_path / "o").exists()
