@@ -47,6 +47,15 @@ class Parser(argparse.ArgumentParser):
     def convert_arg_line_to_args(self, line):
         return shlex.split(line, comments=True)
 
+    def _read_args_from_files(self, arg_strings):
+        """argparse's @FILE reader; a file that is not UTF-8 text, has an unclosed quote or reads itself: one line."""
+        try:
+            return super()._read_args_from_files(arg_strings)
+        except (ValueError, RecursionError) as e:            # (UnicodeDecodeError and shlex's errors: ValueErrors)
+            why = "it names itself, @FILE within FILE" if isinstance(e, RecursionError) else data.one_line(e, 120)
+            self.error(f"{' '.join(a for a in arg_strings if a[:1] == '@')}: cannot read its flags ({why}); a file of "
+                       "flags is UTF-8 text, read as a shell reads a line")
+
 
 def to_bool(s):
     if s.lower() in ("1", "true", "yes", "on", "0", "false", "no", "off"):

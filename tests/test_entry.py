@@ -615,3 +615,13 @@ def test_a_torchrun_variable_that_is_no_number_is_one_line(name, w, tmp_path, mo
         train.main(["--data_dir", str(w.lra), "--out_dir", str(tmp_path / "o"), "--cache_dir", str(tmp_path / "c"),
                     *TINY])
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("content,words", [(BINARY, "utf-8"), (b'--lr "0.1\n', "No closing quotation"),
+                                           (None, "names itself")])
+def test_a_file_of_flags_that_cannot_be_read_is_one_line(content, words, tmp_path):
+    recipe = tmp_path / "recipe.txt"
+    recipe.write_bytes(f"@{recipe}".encode() if content is None else content)
+    with pytest.raises(config.UsageError) as e:
+        train.main([f"@{recipe}", "--out_dir", str(tmp_path / "o")])
+    assert "\n" not in str(e.value) and words in str(e.value) and str(recipe) in str(e.value)
