@@ -16,6 +16,7 @@ import platform
 import re
 import shlex
 import warnings
+import zipfile
 
 import torch
 
@@ -534,15 +535,21 @@ def load_checkpoint(path, need=()):
         with warnings.catch_warnings():                     # torch warns about the pickle protocol of foreign files
             warnings.simplefilter("ignore")
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        with zipfile.ZipFile(path) as z:                     # torch.save's zip: bytes changed since, another CRC-32
+            if z.testzip() is not None:
+                raise zipfile.BadZipFile
     except Exception as e:                                   # torch's message is not passed on: it names an unsafe way
         why = ("it holds Python objects other than tensors and plain values, which are not loaded"
                if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e)
                else "truncated, damaged, or not written by torch.save")
         raise UsageError(f"{path} is not a readable train.py checkpoint ({why})") from None
     keys = ("model_name", "config", "model", "args", *need)
-    if not (isinstance(ckpt, dict) and all(k in ckpt for k in keys) and ckpt["model_name"] in MODELS
-            and all(isinstance(ckpt[k], dict) for k in ("config", "model", "args"))
-            and isinstance(ckpt["args"].get("task"), str)):
+    kinds = {"model_name": str, "config": dict, "model": dict, "args": dict, "optimizer": dict, "iter": int}
+    if not (isinstance(ckpt, dict) and all(k in ckpt and isinstance(ckpt[k], kinds.get(k, object)) for k in keys)
+            and ckpt["model_name"] in MODELS and ("iter" not in need or ckpt["iter"] >= 0)
+            and isinstance(ckpt["args"].get("task"), str)
+            and all(ckpt["args"].get(k) is None or isinstance(ckpt["args"][k], str)
+                    for k in ("data_dir", "cache_dir", "tokenizer"))):
         raise UsageError(f"{path} is not a train.py checkpoint (it needs {', '.join(keys)}, with a model of: "
                          f"{', '.join(MODELS)})")
     return ckpt

@@ -77,11 +77,11 @@ def check(args):
     if head != "lm":
         raise UsageError(f"{args.ckpt} is a classifier (head {head}, task {ckpt['args'].get('task')}); sample.py "
                          "needs a language model: a checkpoint of ptb, wikitext103, openwebtext or textfile")
+    model = model_of_checkpoint(ckpt, args.ckpt)             # (its config checked before the tokenizer reads it)
     tok = tokenizer_of(ckpt, args.data_dir)
     ids = tok.encode(prompt)
     if not ids:
         raise UsageError("--start is empty: give at least one token of text")
-    model = model_of_checkpoint(ckpt, args.ckpt)
     device = pick_device(args.device)
     check_memory(args, model.config, len(ids), device)
     return model, tok, ids, device

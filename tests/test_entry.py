@@ -73,6 +73,14 @@ def edited(w, t, **change):
     return t / "edited.pt"
 
 
+def flipped(w, t):
+    """A copy of the character model's checkpoint with 64 bytes of its weights changed (torch.load reads it)."""
+    raw = bytearray(w.lm.read_bytes())
+    raw[len(raw) // 3:len(raw) // 3 + 64] = bytes(b ^ 0xFF for b in raw[len(raw) // 3:len(raw) // 3 + 64])
+    (t / "flipped.pt").write_bytes(raw)
+    return t / "flipped.pt"
+
+
 def checkpoint(t, name, model):
     torch.save({"model_name": name, "config": vars(model.config), "model": model.state_dict(),
                 "args": {"task": "listops"}}, t / f"{name}.pt")
@@ -146,6 +154,9 @@ CASES = [
         **c["config"], "colour": 3})], "bad model settings"),
     (S, "a negative width in its config", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
         **c["config"], "n_embd": -16})], "--n_embd -16"),
+    (S, "a checkpoint with bytes changed", lambda w, t: ["--ckpt", flipped(w, t)], "not a readable train.py checkpoint"),
+    (S, "a config without vocab_size", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
+        k: v for k, v in c["config"].items() if k != "vocab_size"})], "do not fit"),
     (S, "weights that are not finite", lambda w, t: ["--ckpt", edited(w, t, model=lambda c: {
         k: v * float("nan") if v.is_floating_point() else v for k, v in c["model"].items()})], "not finite"),
     (S, "a task with no tokenizer", lambda w, t: ["--ckpt", edited(w, t, args=lambda c: {
@@ -226,6 +237,10 @@ CASES = [
                                                                          t / "a"], f"--{flag}")
       for cmd in ("activation", "experts")
       for flag, v in (("n_seq", "0"), ("n_seq", "-1"), ("n_seq", str(10**12)), ("max_len", "0"), ("max_len", "-1"))],
+    (A, "spectra of a checkpoint with bytes changed", lambda w, t: ["spectra", "--ckpt", flipped(w, t), "--out",
+                                                                      t / "a"], "not a readable train.py checkpoint"),
+    (A, "activation, the run's cache_dir a number", lambda w, t: ["activation", "--ckpt", edited(w, t, args=lambda c: {
+        **c["args"], "cache_dir": 5}), "--out", t / "a"], "not a train.py checkpoint"),
     (A, "activation, the run's data gone", lambda w, t: ["activation", "--ckpt", edited(w, t, args=lambda c: {
         **c["args"], "data_dir": str(t / "gone.txt"), "cache_dir": str(t / "c")}), "--out", t / "a"], "gone.txt"),
     # cluster: numbers
@@ -625,3 +640,14 @@ def test_a_file_of_flags_that_cannot_be_read_is_one_line(content, words, tmp_pat
     with pytest.raises(config.UsageError) as e:
         train.main([f"@{recipe}", "--out_dir", str(tmp_path / "o")])
     assert "\n" not in str(e.value) and words in str(e.value) and str(recipe) in str(e.value)
+
+
+@pytest.mark.parametrize("change", [dict(iter="x"), dict(iter=-5), dict(optimizer="x"), dict(args=lambda c: {
+    **c["args"], "data_dir": 5}), "flipped"])
+def test_a_damaged_checkpoint_is_refused_by_resume_in_one_line(change, w, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(w.lm.parent, run)
+    (run / "ckpt.pt").write_bytes((flipped(w, tmp_path) if change == "flipped" else edited(w, tmp_path, **change))
+                                  .read_bytes())
+    with pytest.raises(config.UsageError, match="is not a (readable )?train.py checkpoint"):
+        train.main(["--resume", "--out_dir", str(run), "--max_iters", "4"])
