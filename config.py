@@ -106,14 +106,17 @@ LIMITS = {
     **{n: (lambda v: v.strip() != "", "a path") for n in ("out_dir", "data_dir", "cache_dir", "init_from",
                                                             "transfer_from")},
     # sample.py, analyze.py and bench.py
-    **{n: (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0") for n in ("grid", "threads", "max_new_tokens")},
+    **{n: (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0") for n in ("grid", "max_new_tokens")},
+    "threads": (lambda v: isinstance(v, int) and 0 <= v <= (os.cpu_count() or 1),
+                f"an integer from 0 (torch's own choice) to {os.cpu_count() or 1}, the cores of this machine"),
     **{n: (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1") for n in (
         "k", "n_seq", "max_len", "batch", "repeats", "inner", "new_tokens", "num_samples")},
     **{n: (lambda v: isinstance(v, int) and v >= 2, "an integer >= 2") for n in ("tokens", "vocab")},
     "top_k": (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0: all tokens, 1: greedy)"),
     "clock": (lambda v: v in ("wall", "cpu"), "wall or cpu"),
-    "degrees": (lambda v: all(d.strip().isdigit() for d in v.split(",")), "integers >= 0 separated by commas"),
-    "lengths": (lambda v: all(d.strip().isdigit() and int(d) > 0 for d in v.split(",") if d.strip()),
+    "degrees": (lambda v: all(re.fullmatch("[0-9]+", d.strip()) for d in v.split(",")),
+                "integers >= 0 separated by commas"),
+    "lengths": (lambda v: all(re.fullmatch("[0-9]+", d.strip()) and int(d) > 0 for d in v.split(",") if d.strip()),
                 "integers >= 1 separated by commas"),
 }
 
@@ -123,7 +126,7 @@ def check_value(name, value):
     test, allowed = LIMITS.get(name, (lambda v: True, "a finite number"))
     try:
         ok = value is None or (not isinstance(value, float) or math.isfinite(value)) and bool(test(value))
-    except TypeError:                                        # e.g. a string where a checkpoint should have a number
+    except (TypeError, AttributeError):                      # e.g. a string where a checkpoint should have a number
         ok = False
     if not ok:
         raise UsageError(f"--{name} {value if value != '' else repr(value)}: allowed is {allowed}")

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 import analyze
+import bench
 import config
 import data
 import diffeqformer
@@ -248,7 +249,7 @@ CASES = [
        f"--{flag}")
       for flag, values in (("tokens", ("0", "1", "-5", str(10**9), "many")), ("steps", ("0", "-1", str(10**12), "1.5")),
                            ("T", ("0", "-1", "nan", "inf", "1e308")), ("eps", ("0", "-0.1", "nan", "inf")),
-                           ("degrees", ("", "a,b", "1,,2", "-1", "99999", "1.5")), ("seed", ("-1", str(2**40))),
+                           ("degrees", ("", "a,b", "1,,2", "-1", "99999", "1.5", "²")), ("seed", ("-1", str(2**40))),
                            ("weights", ("orthogonal",)))
       for v in values],
     (A, "cluster of many tokens for many steps", lambda w, t: ["cluster", "--tokens", "1000", "--steps", "100000",
@@ -651,3 +652,10 @@ def test_a_damaged_checkpoint_is_refused_by_resume_in_one_line(change, w, tmp_pa
                                   .read_bytes())
     with pytest.raises(config.UsageError, match="is not a (readable )?train.py checkpoint"):
         train.main(["--resume", "--out_dir", str(run), "--max_iters", "4"])
+
+
+@pytest.mark.parametrize("argv,words", [(["--lengths", "²"], "--lengths"), (["--lengths", "16,٣"], "--lengths"),
+                                        (["--threads", str(10**6)], "--threads")])
+def test_bench_refuses_digits_int_cannot_read_and_more_threads_than_cores(argv, words, tmp_path):
+    with pytest.raises(config.UsageError, match=words):
+        bench.parse([*argv, "--out", str(tmp_path / "a")])
