@@ -656,15 +656,14 @@ def read_attention_std(run):
     problem = data.file_problem(path)
     if problem:
         raise UsageError(f"--run {run}: {path} {problem} (a folder of python train.py ... --attn_std_interval N)")
-    records = [r for r in map(curves.record, data.read_lines(path)) if r and "score_std" in r]
+    records = curves.std_records(path)
     if not records:
         raise UsageError(f"--run {run}: its log.jsonl has no attention std; train it with --attn_std_interval N")
     label = os.path.basename(os.path.abspath(run))
     meta = os.path.join(run, "metrics.json")
     if not data.file_problem(meta):
         with data.reading(meta, "is damaged"), open(meta) as f:
-            m = json.load(f)
-        acc = m.get("test_acc")
+            acc = dict(json.load(f)).get("test_acc")          # (not a JSON object: damaged too)
         label += f" (test acc {100 * acc:.1f}%)" if isinstance(acc, (int, float)) else ""
     return records, label
 
@@ -941,7 +940,7 @@ def check(args):
             raise UsageError("curves needs run folders (python analyze.py curves out/a out/b) or --table NAME")
         for run in args.runs:
             path = os.path.join(run, "log.jsonl")
-            problem = data.file_problem(path) or (None if any(map(curves.record, data.read_lines(path))) else
+            problem = data.file_problem(path) or (None if any(list(map(curves.record, data.read_lines(path)))) else
                                                   "holds no record of a step")
             if problem:
                 raise UsageError(f"{run}: {path} {problem} (a folder of python train.py ...)")

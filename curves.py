@@ -28,15 +28,27 @@ def record(line):
         r = json.loads(line)
     except ValueError:
         return None
-    return r if isinstance(r, dict) and isinstance(r.get("step"), (int, float)) else None
+    return r if isinstance(r, dict) and isinstance(r.get("step"), (int, float)) and math.isfinite(r["step"]) else None
 
 
 def read_log(path):
     """{"train": step records, "val": evaluations, "resumed": steps}; other records (attention std) left out."""
-    with open(path) as f:
-        rs = [r for r in map(record, f) if r]
+    rs = [r for r in map(record, data.read_lines(path)) if r]
     return {"train": [r for r in rs if "loss" in r], "val": [r for r in rs if "val_loss" in r],
             "resumed": [r["step"] for r in rs if r.get("resumed")]}
+
+
+def std_records(path):
+    """The attention-std records of a log.jsonl (train.py --attn_std_interval N): score_std and attn_std, one number a
+    block, as many blocks in each record; a DataError names the first record that is not."""
+    records = [r for r in map(record, data.read_lines(path)) if r and "score_std" in r]
+    n = len(records[0]["score_std"]) if records and isinstance(records[0]["score_std"], list) else 0
+    for r in records:
+        if not all(isinstance(r.get(k), list) and len(r[k]) == n > 0 and all(type(v) in (int, float) for v in r[k])
+                   for k in ("score_std", "attn_std")):
+            raise data.DataError(f"{path}: the attention std of step {r['step']:g} is damaged (score_std and attn_std "
+                                 f"hold one number a block, {n or 'some'} blocks as in the first record)")
+    return records
 
 
 def column(records, key):

@@ -268,6 +268,21 @@ CASES = [
     (A, "attnstd with a damaged metrics.json", lambda w, t: [
         "attnstd", "--run", [log_file(t, b'{"step": 1, "score_std": [1], "attn_std": [1]}\n'),
                              log_file(t, b"{", "metrics.json")][0], "--out", t / "a"], "metrics.json"),
+    *[(A, f"attnstd with metrics.json {what}", lambda w, t, m=m: [
+        "attnstd", "--run", [log_file(t, b'{"step": 1, "score_std": [1], "attn_std": [1]}\n'),
+                             log_file(t, m, "metrics.json")][0], "--out", t / "a"], "metrics.json")
+      for what, m in (("a list", b"[1, 2]"), ("null", b"null"))],
+    *[(A, f"attnstd of a log whose {what}", lambda w, t, log=log: ["attnstd", "--run", log_file(t, log), "--out",
+                                                                   t / "a"], "attention std of step")
+      for what, log in (("record has no attn_std", b'{"step": 1, "score_std": [1]}\n'),
+                        ("score_std is a number", b'{"step": 1, "score_std": 5, "attn_std": [1]}\n'),
+                        ("records differ in blocks", b'{"step": 1, "score_std": [1, 2], "attn_std": [1, 2]}\n'
+                                                     b'{"step": 2, "score_std": [1], "attn_std": [1]}\n'))],
+    (A, "curves of a log of records, then bytes not UTF-8 past its first 8 kB", lambda w, t: [
+        "curves", log_file(t, b'{"step": 1, "loss": 2.0}\n' * 500 + BINARY), "--out", t / "a"], "not UTF-8"),
+    *[(A, f"curves of a log whose step is {v.decode()}", lambda w, t, v=v: [
+        "curves", log_file(t, b'{"step": %s, "loss": 1.0, "val_loss": 1.0}\n' % v), "--out", t / "a"], "no record")
+      for v in (b"NaN", b"1e999")],
     (A, "curves of nothing", lambda w, t: ["curves", "--out", t / "a"], "run folders"),
     (A, "curves of a folder that is not there", lambda w, t: ["curves", t / "none", "--out", t / "a"], "none"),
     (A, "curves of a file", lambda w, t: ["curves", w.txt, "--out", t / "a"], "log.jsonl"),
