@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import dataclasses
 import itertools
+import importlib.machinery
 import importlib.util
 import json
 import math
@@ -164,21 +165,23 @@ def checkpointing_difference(model, recomputing, batch, length, vocab, head, dev
 
 
 def load_nanogpt(path):
-    """nanoGPT's model.py, imported from a path outside this project (never copied into it)."""
+    """nanoGPT's GPT at its CPU configuration, from its model.py outside this project (never copied into it)."""
     path = os.path.abspath(path)
     if not os.path.isfile(path):
         raise UsageError(f"--nanogpt {path}: no such file (bring karpathy/nanoGPT's model.py beside the project)")
     if os.path.commonpath([path, ROOT]) == ROOT:
         raise UsageError("--nanogpt: keep nanoGPT's model.py outside this project (e.g. /tmp/nanogpt/model.py)")
-    spec = importlib.util.spec_from_file_location("nanogpt_model", path)
-    mod = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(mod)
-    except Exception as e:
-        raise UsageError(f"--nanogpt {path} does not import ({type(e).__name__}: {e})") from None
-    if not hasattr(mod, "GPT") or not hasattr(mod, "GPTConfig"):
-        raise UsageError(f"--nanogpt {path} has no GPT and GPTConfig: is it nanoGPT's model.py?")
-    return mod
+    try:                                                     # (SystemExit: a script, not a module)
+        loader = importlib.machinery.SourceFileLoader("nanogpt_model", path)     # (whatever the file's name)
+        mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("nanogpt_model", loader))
+        loader.exec_module(mod)
+        c = NANOGPT_CPU
+        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):   # it prints its parameter count
+            return mod.GPT(mod.GPTConfig(block_size=c["block_size"], vocab_size=c["vocab"], n_layer=c["n_layer"],
+                                         n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0, bias=c["bias"]))
+    except (Exception, SystemExit) as e:
+        raise UsageError(f"--nanogpt {path} is not nanoGPT's model.py: its GPT(GPTConfig(...)) is not built "
+                         f"({type(e).__name__}: {data.one_line(e, 150)})") from None
 
 
 # nanoGPT's README CPU run (shakespeare_char; bias False is its train.py's default)
@@ -229,11 +232,8 @@ def nanogpt_configs(args, device, lengths, nano):
                                        n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0,
                                        bias=c["bias"], head="lm", norm="pre"))
     pair = [("softmax", ours.to(device))]
-    if nano is not None:
-        with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):   # it prints its parameter count
-            theirs = nano.GPT(nano.GPTConfig(block_size=c["block_size"], vocab_size=c["vocab"], n_layer=c["n_layer"],
-                                             n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0, bias=c["bias"]))
-        pair.append(("nanogpt", theirs.to(device)))
+    if nano is not None:                                     # (load_nanogpt: nanoGPT's model, built)
+        pair.append(("nanogpt", nano.to(device)))
     return [({"model": name, "length": c["block_size"], "mode": "train", "batch": c["batch"], "config": "nanogpt-cpu",
               "params": sum(p.numel() for p in model.parameters())},
              make_steps(model, c["batch"], c["block_size"], c["vocab"], "lm", device, args.dtype), "train")

@@ -674,3 +674,15 @@ def test_a_damaged_checkpoint_is_refused_by_resume_in_one_line(change, w, tmp_pa
 def test_bench_refuses_digits_int_cannot_read_and_more_threads_than_cores(argv, words, tmp_path):
     with pytest.raises(config.UsageError, match=words):
         bench.parse([*argv, "--out", str(tmp_path / "a")])
+
+
+@pytest.mark.parametrize("name,code,words", [
+    ("model.py", "raise SystemExit(0)\n", "SystemExit"),
+    ("model.py", "class GPTConfig:\n    pass\n\n\nclass GPT:\n    pass\n", "GPTConfig.. takes no arguments"),
+    ("model", BINARY, "not nanoGPT's model.py"),
+])
+def test_bench_nanogpt_that_is_no_nanogpt_is_one_line(name, code, words, tmp_path):
+    path = tmp_path / name
+    path.write_bytes(code if isinstance(code, bytes) else code.encode())
+    with pytest.raises(config.UsageError, match=words):
+        bench.load_nanogpt(str(path))
