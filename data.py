@@ -407,7 +407,9 @@ def run_main(main, *errors):
         sys.exit(1)
     except (DataError, OSError, *errors) as e:               # (an OS error found while working: a full disk)
         message = error_line(e)
-    except (MemoryError, torch.OutOfMemoryError) as e:
+    except (MemoryError, RuntimeError) as e:
+        if not out_of_memory(e):
+            raise
         message = f"out of memory ({one_line(e, 100) if str(e) else 'MemoryError'}): ask for less (fewer or shorter " \
                   "sequences, a smaller model) or use a device with more memory"
     except KeyboardInterrupt:
@@ -415,6 +417,12 @@ def run_main(main, *errors):
         sys.exit(130)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def out_of_memory(e):
+    """Whether the error `e` is running out of memory: Python's, a GPU's, or torch's CPU allocator's (a
+    RuntimeError)."""
+    return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "CPUAllocator: can't allocate memory" in str(e)
 
 
 def error_line(e):

@@ -527,7 +527,9 @@ if __name__ == "__main__":
         if rank == 0:
             print("\ninterrupted: stopped at once; the files written before are as they were", file=sys.stderr)
         sys.exit(130)
-    except (MemoryError, torch.OutOfMemoryError) as e:
+    except (MemoryError, RuntimeError) as e:                  # (torch's CPU allocator: a RuntimeError)
+        if not data.out_of_memory(e):
+            raise
         print(f"error: out of memory ({data.one_line(e, 100)}): use a smaller --batch_size, --block_size or model",
               file=sys.stderr)
         sys.exit(2)

@@ -583,6 +583,8 @@ def test_ctrl_c_while_experiments_runs_stops_its_runs_too(tmp_path):
     (KeyboardInterrupt(), 130, "interrupted"),
     (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"), 2, "out of memory"),
     (MemoryError(), 2, "out of memory"),
+    (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried "
+                  "to allocate 1024000000000000 bytes. Error code 12 (Cannot allocate memory)"), 2, "out of memory"),
     (PermissionError(13, "Permission denied", "/x/y.png"), 2, "/x/y.png"),
     (OSError(28, "No space left on device"), 2, "No space left"),
 ])
