@@ -14,6 +14,7 @@ made elsewhere from a plain file (docs/tasks.md: one example a line, input ids, 
 there is no answer).
 """
 
+import inspect
 import os
 
 import numpy as np
@@ -315,6 +316,10 @@ def _loader(name):
         return recall_task(name, cache_dir, data_dir, block_size, recall_len, recall_pairs, recall_vocab,
                            recall_sizes, txt)
     load_recall.__doc__ = f"The {name} task (tasks/recall.py): generated, or --data_dir's plain files."
+    if name == "induction":                                  # no pairs: --recall_pairs is no setting of it
+        own = inspect.signature(load_recall)
+        load_recall.__signature__ = own.replace(parameters=[p for p in own.parameters.values()
+                                                            if p.name != "recall_pairs"])
     return task(name, help=HELP)(load_recall)
 
 

@@ -688,3 +688,15 @@ def test_bench_nanogpt_that_is_no_nanogpt_is_one_line(name, code, words, tmp_pat
     path.write_bytes(code if isinstance(code, bytes) else code.encode())
     with pytest.raises(config.UsageError, match=words):
         bench.load_nanogpt(str(path))
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--task", "listops", "--recall_len", "32"], "--recall_len 32: task listops has no such setting"),
+    (["--task", "mqar", "--listops_depth", "4"], "--listops_depth 4: task mqar has no such setting"),
+    (["--task", "induction", "--recall_pairs", "3"], "--recall_pairs 3: task induction has no such setting"),
+])
+def test_a_generated_tasks_flag_given_to_a_task_without_it_is_one_line(argv, words, w, tmp_path):
+    with pytest.raises((config.UsageError, data.DataError), match=words):
+        train.main(["--data_dir" if "listops" in argv else "--recall_sizes", str(w.lra) if "listops" in argv else
+                    "8,8,8", "--out_dir", str(tmp_path / "o"), "--cache_dir", str(tmp_path / "c"), *TINY, *argv])
+    assert not (tmp_path / "o" / "ckpt.pt").exists() and not (tmp_path / "c" / "recall").exists()
