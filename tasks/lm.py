@@ -211,10 +211,10 @@ def wikitext103(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2
     return lm_bin_task("wikitext103", folder, block_size, [s for s, _ in names], sources)
 
 
-def check_ids(path, dtype, vocab, tokenizer, stamps):
-    """A DataError if the .bin file at path holds an id >= vocab. A file checked once is remembered under
-    `stamps`, in a file named after its path, size and modification time that holds its stamp (data.file_stamp)
-    and vocab: a large train.bin is read once, and again after any change to it or to what was remembered."""
+def check_ids(path, dtype, vocab, whose, stamps):
+    """A DataError if the .bin file at path holds an id >= vocab (`whose` ids they are, said). A file checked once
+    is remembered under `stamps`, in a file named after its path, size and modification time that holds its stamp
+    (data.file_stamp) and vocab: a large train.bin is read once, and again after any change to it or to what was remembered."""
     stamp = os.path.join(stamps, f"{source_key([path])}-{vocab}")
     record = json.dumps({"file": os.path.realpath(path), "stamp": file_stamp(path), "vocab": vocab})
     with contextlib.suppress(OSError, UnicodeDecodeError), open(stamp) as f:
@@ -225,9 +225,7 @@ def check_ids(path, dtype, vocab, tokenizer, stamps):
         chunk = ids[start:start + (1 << 26)]
         if chunk.max() >= vocab:
             i = int(np.argmax(chunk >= vocab))
-            raise DataError(f"{path} holds id {chunk[i]} (at position {start + i:,}), outside --tokenizer "
-                            f"{tokenizer}'s {vocab:,} ids; nanoGPT's files hold gpt2 ids: use --tokenizer gpt2 (no "
-                            "download needed)")
+            raise DataError(f"{path} holds id {chunk[i]} (at position {start + i:,}), outside {whose}")
     os.makedirs(stamps, exist_ok=True)
     atomic_write_text(stamp, record)
 
@@ -241,10 +239,12 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
         problem = os.path.isfile(os.path.join(folder, MANIFEST)) and cache_problem(folder)
         if problem:                                          # a copy of a cache: its own files, no source to rebuild
             raise DataError(f"openwebtext: --data_dir {folder} {problem}; copy it again, or leave out --data_dir")
-        if files["meta.json"]:
-            return lm_bin_task("openwebtext", folder, block_size, ("train", "val"), sources)
-        vocab = 50257 if tokenizer in ("gpt2", "r50k_base") else get_tokenizer(tokenizer, "openwebtext").n_vocab
-        dtype = np.dtype(id_dtype(vocab))
+        meta = files["meta.json"] and lm_bin_task("openwebtext", folder, block_size, ("train", "val"), sources).meta
+        vocab = (int(meta["vocab_size"]) if meta else 50257 if tokenizer in ("gpt2", "r50k_base") else
+                 get_tokenizer(tokenizer, "openwebtext").n_vocab)
+        dtype = np.dtype(meta["dtype"] if meta else id_dtype(vocab))   # (a meta.json's checked by lm_bin_task)
+        whose = (f"the {vocab:,} ids of {files['meta.json']}" if meta else f"--tokenizer {tokenizer}'s {vocab:,} ids; "
+                 "nanoGPT's files hold gpt2 ids: use --tokenizer gpt2 (no download needed)")
         for path in sources.values():
             size = os.path.getsize(path)
             if size == 0 or size % dtype.itemsize:
@@ -252,11 +252,11 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
 
         def load(s):                                         # train.bin is checked when it is used
             with reading(sources[s]):
-                check_ids(sources[s], dtype, vocab, tokenizer, os.path.join(cache_dir, "openwebtext", "checked"))
+                check_ids(sources[s], dtype, vocab, whose, os.path.join(cache_dir, "openwebtext", "checked"))
                 return LMSplit(load_bin(sources[s], dtype), block_size, sources[s])
         load("val")                                          # small: a wrong --tokenizer fails at once
         return Task("openwebtext", "lm", vocab, block_size, 0, {s: (lambda s=s: load(s)) for s in sources},
-                    sources=sources)
+                    sources=sources, meta=meta or None)
     folder = os.path.join(cache_dir, "openwebtext", f"hf-{tokenizer}")
 
     def build(out):

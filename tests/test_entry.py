@@ -392,6 +392,11 @@ PREPARE = [
     ("tasks.lm", "openwebtext of a binary file", lambda w, t: [
         (t / "owt").mkdir(), (t / "owt" / "train.bin").write_bytes(b"\x01"), (t / "owt" / "val.bin").write_bytes(b""),
         "--task", "openwebtext", "--data_dir", t / "owt", "--cache_dir", t / "c"][3:], "bin"),
+    ("tasks.lm", "openwebtext with a meta.json below its ids", lambda w, t: [
+        (t / "owt").mkdir(), (t / "owt" / "train.bin").write_bytes(b"\xff\x00" * 50),
+        (t / "owt" / "val.bin").write_bytes(b"\xff\x00" * 50), (t / "owt" / "meta.json").write_text(
+            '{"vocab_size": 3, "dtype": "uint16"}'), "--task", "openwebtext", "--data_dir", t / "owt", "--block_size",
+        "8", "--cache_dir", t / "c"][4:], "outside the 3 ids of"),
     ("tasks.text", "no --task", lambda w, t: ["--cache_dir", t / "c"], "--task"),
     ("tasks.text", "a tokenizer for the byte-level task", lambda w, t: ["--task", "text", "--tokenizer", "byte",
                                                                         "--cache_dir", t / "c"], "--tokenizer"),
