@@ -214,7 +214,8 @@ def wikitext103(cache_dir="data", data_dir=None, block_size=512, tokenizer="gpt2
 def check_ids(path, dtype, vocab, whose, stamps):
     """A DataError if the .bin file at path holds an id >= vocab (`whose` ids they are, said). A file checked once
     is remembered under `stamps`, in a file named after its path, size and modification time that holds its stamp
-    (data.file_stamp) and vocab: a large train.bin is read once, and again after any change to it or to what was remembered."""
+    (data.file_stamp) and vocab: a large train.bin is read once, and again after any change to it or to what was
+    remembered."""
     stamp = os.path.join(stamps, f"{source_key([path])}-{vocab}")
     record = json.dumps({"file": os.path.realpath(path), "stamp": file_stamp(path), "vocab": vocab})
     with contextlib.suppress(OSError, UnicodeDecodeError), open(stamp) as f:
