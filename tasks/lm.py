@@ -157,7 +157,7 @@ def lm_bin_task(name, folder, block_size, splits, sources=None):
     hint = f"; delete {folder} to rebuild it" if sources is None else ""
     try:
         dtype, vocab_size = np.dtype(meta["dtype"]), int(meta["vocab_size"])
-        if dtype.kind != "u" or vocab_size < 2:
+        if dtype.kind != "u" or not 2 <= vocab_size <= np.iinfo(dtype).max + 1:   # ids the dtype can hold
             raise ValueError
     except (TypeError, KeyError, ValueError):
         raise DataError(f"{os.path.join(folder, 'meta.json')}: expected {{\"vocab_size\": N, \"dtype\": \"uint16\"}}"

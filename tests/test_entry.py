@@ -316,7 +316,8 @@ CASES = [
     *[(E, f"--report_only, metrics.json {what}", lambda w, t, m=m: [
         "transfer", "--report_only", "--seeds", "0", results(t, "transfer", [0], m)][:4], "metrics.json")
       for what, m in (("corrupt", b'{"val_acc": 0.'), ("empty", b""), ("binary", BINARY), ("a folder", None),
-                      ("a list", b"[1, 2]"), ("without numbers", b"{}"), ("of text", b'{"val_acc": "high"}'))],
+                      ("a list", b"[1, 2]"), ("without numbers", b"{}"), ("of text", b'{"val_acc": "high"}'),
+                      ("without the table's accuracy", b'{"val_loss": 1.0, "n_params": 10, "test_loss": 1.0}'))],
     (E, "results.md a folder", lambda w, t: [(t / "results.md").mkdir(), "transfer", "--report_only", "--seeds",
                                              "0"][1:], "results.md"),
 ]
@@ -397,6 +398,11 @@ PREPARE = [
         (t / "owt" / "val.bin").write_bytes(b"\xff\x00" * 50), (t / "owt" / "meta.json").write_text(
             '{"vocab_size": 3, "dtype": "uint16"}'), "--task", "openwebtext", "--data_dir", t / "owt", "--block_size",
         "8", "--cache_dir", t / "c"][4:], "outside the 3 ids of"),
+    *[("tasks.lm", f"openwebtext with a meta.json of {v} ids in uint16", lambda w, t, v=v: [
+        (t / "owt").mkdir(), (t / "owt" / "train.bin").write_bytes(b"\x01\x00" * 50),
+        (t / "owt" / "val.bin").write_bytes(b"\x01\x00" * 50), (t / "owt" / "meta.json").write_text(
+            f'{{"vocab_size": {v}, "dtype": "uint16"}}'), "--task", "openwebtext", "--data_dir", t / "owt",
+        "--block_size", "8", "--cache_dir", t / "c"][4:], "meta.json") for v in ("1e30", "65537")],
     ("tasks.text", "no --task", lambda w, t: ["--cache_dir", t / "c"], "--task"),
     ("tasks.text", "a tokenizer for the byte-level task", lambda w, t: ["--task", "text", "--tokenizer", "byte",
                                                                         "--cache_dir", t / "c"], "--tokenizer"),
