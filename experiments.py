@@ -316,9 +316,8 @@ def recall_row(model, flags, task, length, pairs, width):
     """One row: a model at one setting and width, with its evaluation on the held-out examples."""
     what = f"L{length}" + (f" P{pairs}" if pairs else "")
     setting = f"--task {task} --recall_len {length}" + (f" --recall_pairs {pairs}" if pairs else "")
-    batch = RECALL_TOKENS // length                          # the same tokens (and answers) a step at every length
     held = os.path.join(heldout_dir(task, length, pairs), "test.txt")
-    return Row(f"{model} d{width} {task} {what}", f"{setting} --n_embd {width} --batch_size {batch} {flags}",
+    return Row(f"{model} d{width} {task} {what}", f"{setting} --n_embd {width} --batch_size {RECALL_BATCH} {flags}",
                (("held-out examples (second generator)", f"--eval_only --data_dir {held}"),))
 
 
@@ -496,9 +495,9 @@ SMALL = ("--task listops --listops_depth 3 --listops_args 2,3 --listops_len 5,20
          "--max_iters 500 --batch_size 32 --lr 1e-3 --warmup 50 --schedule cosine --n_embd 64 --n_head 4 --dropout 0.0 "
          "--eval_interval 500")
 
-# Recall: 2 layers, one head, the same 4,096 tokens a step at every length (batch 64 at 64 tokens, 16 at 256: 256
-# answers a step at each of Zoology's settings); each model at the learning rate that recall-lr found best for it
-RECALL_TOKENS = 4096
+# Recall: 2 layers, one head, 64 examples a step at every length (the phase change needs examples, not tokens: at
+# 256 tokens 16 a step never left the plateau, docs/recall.md); each model at the learning rate recall-lr found best
+RECALL_BATCH = 64
 RECALL_RECIPE = ("--n_layer 2 --max_iters 3000 --warmup 500 --schedule cosine --min_lr 0 --weight_decay 0.1 "
                  "--beta2 0.999 --grad_clip 1.0 --dropout 0.0 --eval_interval 500 --eval_iters 20")
 RECALL_MODELS = {"GPT": ("softmax", "--norm pre --n_head 1"), "SimpleTRON": ("simpletron", "--n_head 1"),
@@ -507,8 +506,8 @@ RECALL_MODELS = {"GPT": ("softmax", "--norm pre --n_head 1"), "SimpleTRON": ("si
 RECALL_LR = {"softmax": "5e-4", "simpletron": "2e-3", "transject": "2e-3", "diffeqformer": "2.5e-4"}
 RECALL_LR_GRID = ("2.5e-4", "5e-4", "1e-3", "2e-3")
 RECALL_SETTINGS = ((64, 4), (128, 8), (256, 16), (256, 32))         # Zoology's three, and 32 pairs in 256 tokens
-RECALL_WIDTHS = (16, 32, 64)
-RECALL_RUN = (((64, 4),), (32, 64))          # the part of the grid that table recall runs: settings, widths
+RECALL_WIDTHS = (32, 64, 128)
+RECALL_RUN = (((64, 4), (32, 64, 128)), ((128, 8), (32, 64)))     # the part of the grid table recall runs: widths
 RECALL_CHECK = "--task mqar --recall_len 64 --recall_pairs 4 --n_embd 64 --batch_size 64"
 
 
@@ -523,7 +522,8 @@ def recall_rows(settings, widths):
             for L, P in settings for w in widths for label, (m, _) in RECALL_MODELS.items()]
 
 
-RECALL_ROWS, RECALL_GRID_ROWS = recall_rows(*RECALL_RUN), recall_rows(RECALL_SETTINGS, RECALL_WIDTHS)
+RECALL_ROWS = [row for setting, widths in RECALL_RUN for row in recall_rows((setting,), widths)]
+RECALL_GRID_ROWS = recall_rows(RECALL_SETTINGS, RECALL_WIDTHS)
 RECALL_TASK_ROWS = [recall_row(label, recall_flags(m), task, L, P, 64)
                     for task, L, P in (("copy", 64, 8), ("induction", 128, None)) for label, (m, _) in RECALL_MODELS.items()]
 RECALL_LR_ROWS = [Row(f"{label} lr {lr}", f"{RECALL_CHECK} {recall_flags(m, lr)}")
@@ -647,16 +647,17 @@ TABLES = {
              "--model softmax --transfer_from out/exp/transfer/simpletron-s{SEED}/ckpt.pt")]),
     "recall": Table(
         "Multi-query associative recall (Zoology's MQAR; 100,000 training examples, vocabulary 128) at 64 tokens, "
-        "4 pairs: 2 layers, one head, widths 32 and 64, 3,000 steps of 4,096 tokens",
+        "4 pairs (widths 32, 64, 128) and 128 tokens, 8 pairs (widths 32, 64): 2 layers, one head, 3,000 steps of 64 "
+        "examples",
         RECALL_RECIPE, RECALL_ROWS, prepare=lambda: recall_prepare(RECALL_ROWS), report=recall_report, doc=RECALL_MD),
     "recall-grid": Table(
         "MQAR over Zoology's settings (64, 4), (128, 8), (256, 16) and (256 tokens, 32 pairs): 2 layers, one head, "
-        "widths 16, 32, 64, 3,000 steps of 4,096 tokens",
+        "widths 32, 64, 128, 3,000 steps of 64 examples",
         RECALL_RECIPE, RECALL_GRID_ROWS, prepare=lambda: recall_prepare(RECALL_GRID_ROWS), report=recall_report,
         doc=RECALL_MD),
     "recall-tasks": Table(
         "Selective copying (64 tokens, 8 data tokens) and induction heads (128 tokens), vocabulary 16: 2 layers, "
-        "64 wide, 3,000 steps of 4,096 tokens",
+        "64 wide, 3,000 steps of 64 examples",
         RECALL_RECIPE, RECALL_TASK_ROWS, prepare=lambda: recall_prepare(RECALL_TASK_ROWS), report=recall_report,
         doc=RECALL_MD),
     "recall-lr": Table(
@@ -771,7 +772,18 @@ def load_metrics(d):
         m = json.load(f)
     if not isinstance(m, dict):
         raise UsageError(f"{path} is not the metrics.json of a train.py run; delete {d} and run its table again")
-    return m
+    return Metrics(path, m)
+
+
+class Metrics(dict):
+    """A run's metrics.json; a number the table reads and the file lacks is one line naming both, not a KeyError."""
+    def __init__(self, path, m):
+        super().__init__(m)
+        self.path = path
+
+    def __missing__(self, key):
+        raise UsageError(f"{self.path} has no {key!r}: not the metrics.json of this table's run; delete "
+                         f"{os.path.dirname(self.path)} and run its table again")
 
 
 def gate_cell(ms):

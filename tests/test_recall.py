@@ -277,14 +277,16 @@ def test_the_state_kept_while_generating_is_its_formula(model, extra, formula):
 def test_rows_picks_a_subset_by_folder_name_or_pattern(capsys):
     import experiments
     table = experiments.TABLES["recall-grid"]
-    rows = experiments.chosen_rows("recall-grid", table, "gpt-d64-mqar-l64-p4, *-d16-mqar-l256-p32")
+    rows = experiments.chosen_rows("recall-grid", table, "gpt-d64-mqar-l64-p4, *-d128-mqar-l256-p32")
     assert [experiments.slug(r.name) for r in rows] == [
-        "gpt-d64-mqar-l64-p4", "gpt-d16-mqar-l256-p32", "simpletron-d16-mqar-l256-p32",
-        "transject-d16-mqar-l256-p32", "diffeqformer-d16-mqar-l256-p32"]
+        "gpt-d64-mqar-l64-p4", "gpt-d128-mqar-l256-p32", "simpletron-d128-mqar-l256-p32",
+        "transject-d128-mqar-l256-p32", "diffeqformer-d128-mqar-l256-p32"]
+    assert all("--batch_size 64 " in r.flags for r in table.rows)       # 64 examples a step at every length
     with pytest.raises(experiments.UsageError, match="no row of recall-grid is called so"):
         experiments.chosen_rows("recall-grid", table, "gpt-d999")
     assert [experiments.slug(r.name) for r in experiments.TABLES["recall"].rows] == [
-        f"{m}-d{w}-mqar-l64-p4" for w in (32, 64) for m in ("gpt", "simpletron", "transject", "diffeqformer")]
+        f"{m}-d{w}-mqar-l{L}-p{P}" for L, P, widths in ((64, 4, (32, 64, 128)), (128, 8, (32, 64))) for w in widths
+        for m in ("gpt", "simpletron", "transject", "diffeqformer")]
     check = experiments.TABLES["recall-check"]
     assert [r.name for r in check.rows] == list(__import__("config").MODELS)      # a new model gets its row
     assert all("--recall_len 64 --recall_pairs 4 --n_embd 64" in r.flags for r in check.rows)
