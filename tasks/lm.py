@@ -249,7 +249,8 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
         for path in sources.values():
             size = os.path.getsize(path)
             if size == 0 or size % dtype.itemsize:
-                raise DataError(f"openwebtext: {path} is empty or not a file of {dtype.name} ids; use {OWT_LAYOUT}")
+                what = f"holds {size:,} bytes, no whole number of {dtype.name} ids" if size else "is empty"
+                raise DataError(f"openwebtext: {path} {what}; use {OWT_LAYOUT}")
 
         def load(s):                                         # train.bin is checked when it is used
             with reading(sources[s]):

@@ -196,7 +196,7 @@ CONTENT_FAULTS = [
     ("wikitext103", lambda f: empty(f / "wiki.valid.tokens"), "wiki.valid.tokens gives 0 tokens"),
     ("wikitext103", lambda f: write(LATIN1)(f / "wiki.test.tokens"), "wiki.test.tokens, line 1: not UTF-8"),
     ("openwebtext", lambda f: np.full(600, 50257, np.uint16).tofile(f / "train.bin"), "train.bin holds id 50257"),
-    ("openwebtext", lambda f: write(b"\x01\x02\x03")(f / "val.bin"), "val.bin is empty or not a file of uint16"),
+    ("openwebtext", lambda f: write(b"\x01\x02\x03")(f / "val.bin"), "val.bin holds 3 bytes, no whole number of uint16"),
     ("openwebtext", lambda f: np.zeros(5, np.uint16).tofile(f / "val.bin"), "val.bin gives 5 tokens"),
     ("textfile", lambda f: write(b"x\n" * 50 + LATIN1)(f / "a.txt"), "a.txt, line 51: not UTF-8"),
     ("textfile", lambda f: write("short\n")(f / "a.txt"), "the train split) gives 5 tokens, too few for one window"),
