@@ -7,19 +7,28 @@
 # Writes $OUT/results.tgz (logs, metrics.json, log.jsonl, speed tables; no checkpoints) and prints a summary.
 #     OUT=/tmp/g bash dev/gpu_session.sh              # on the GPU machine
 #     OUT=/tmp/g SMOKE=1 bash dev/gpu_session.sh      # a check on a CPU: tiny sizes, seconds
+# Knobs for a later session: TABLE=0 skips the speed table, COMPILE_S (seconds for each model's torch.compile),
+# RECIPES=0 skips the GPT's recipe runs (1 and 2 below), ZOO_WIDTHS (the grid's widths, in order). Wheels in .whl/
+# (datasets, which the image lacks) are installed first where present.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT}; W=$OUT/w; mkdir -p "$W/runs"
 T0=$(date +%s); BUDGET=${BUDGET:-540}; SMOKE=${SMOKE:-0}; JOBS=${JOBS:-12}; PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1
+TABLE=${TABLE:-1}; COMPILE_S=${COMPILE_S:-100}; RECIPES=${RECIPES:-1}; ZOO_WIDTHS=${ZOO_WIDTHS:-"64 128"}
+if ls .whl/*.whl > /dev/null 2>&1; then
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        && export PYTHONPATH=/tmp/site
+fi
 at() { echo "[$(( $(date +%s) - T0 )) s] $*" | tee -a "$W/timeline.txt"; }
 if [ "$SMOKE" = 1 ]; then
     DEV=cpu; LENGTHS=64,128; N=(--recall_sizes 300,50,50); S1=30; S2=30; S3=20; CUT=1; BUDGET=${BUDGET_SMOKE:-150}
     BENCH=(--n_embd 32 --dtype bfloat16); TESTS=(tests/test_layers.py); MODELS6=simpletron,softmax,transject,causal_simple_attention,causal_softmax_attention
 else
-    DEV=cuda; LENGTHS=1024,2048,4096,8192,16384; N=(); S1=3000; S2=8000; S3=2000; CUT=0; BENCH=(); TESTS=(-n 4 tests)
+    DEV=cuda; LENGTHS=1024,2048,4096,8192,16384; N=(); S1=3000; S2=8000; S3=2000; CUT=0; BENCH=(); TESTS=(-n ${TEST_WORKERS:-4} tests)
     MODELS6=simpletron,softmax,transject,diffeqformer,causal_simple_attention,causal_softmax_attention
 fi
+E3=$(( S3 < 500 ? S3 : 500 ))                               # a run stopped at END keeps a val accuracy
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; nproc; "$PY" -c "import torch; print(torch.__version__)"; } \
     > "$W/env.txt" 2>&1
 at "start"
@@ -35,10 +44,12 @@ wait
 at "data made"
 
 # A. the speed table alone on the card, then torch.compile (RUNS_ONLY=1: the recall runs alone)
-[ "${RUNS_ONLY:-0}" = 1 ] || timeout $((BUDGET / 4)) "$PY" bench.py --device $DEV --lengths $LENGTHS --repeats 3 --models $MODELS6 "${BENCH[@]}" \
+[ "${RUNS_ONLY:-0}" = 1 ] || [ "$TABLE" = 0 ] || timeout $((BUDGET / 4)) "$PY" bench.py --device $DEV --lengths $LENGTHS --repeats 3 --models $MODELS6 "${BENCH[@]}" \
     --out "$W/speed-gpu" > "$W/bench.log" 2>&1; at "bench rc=$?"
-[ "${RUNS_ONLY:-0}" = 1 ] || timeout 100 "$PY" bench.py --device $DEV --compile --lengths ${LENGTHS%%,*} --repeats 3 \
-    --models softmax,simpletron "${BENCH[@]}" --out "$W/compile-gpu" > "$W/compile.log" 2>&1; at "compile rc=$?"
+for m in simpletron softmax; do                              # one model a command: a timeout loses only that one
+    [ "${RUNS_ONLY:-0}" = 1 ] || timeout "$COMPILE_S" "$PY" bench.py --device $DEV --compile --lengths ${LENGTHS%%,*} \
+        --repeats 3 --models $m "${BENCH[@]}" --out "$W/compile-$m" > "$W/compile-$m.log" 2>&1; at "compile $m rc=$?"
+done
 
 # B. everything else at once
 if [ "$DEV" = cuda ] && nvidia-cuda-mps-control -d 2>/dev/null; then
@@ -60,6 +71,7 @@ declare -A M=([softmax]="$GPT" [simpletron]="--model simpletron --n_head 1" [tra
 declare -A LR=([softmax]=5e-4 [simpletron]=5e-4 [transject]=2e-3 [diffeqformer]=2.5e-4)
 tiny() { [ "$SMOKE" = 1 ] && echo "--n_embd 16" ; }
 {
+  [ "$RECIPES" = 1 ] && {
   # 1. the GPT's recipe over seeds (float32, as on the CPU), 64 tokens 4 pairs, width 64, vocabulary 128
   for seed in 0 1 2 3 4 5; do for lr in 5e-4 1e-3; do
     echo "gpt-L64-P4-d64-lr$lr-s$seed $RECIPE $GPT --recall_len 64 --recall_pairs 4 --recall_vocab 128 --n_embd 64 \
@@ -75,11 +87,12 @@ tiny() { [ "$SMOKE" = 1 ] && echo "--n_embd 16" ; }
     echo "gpt-L256-P16-V$V-d$w-lr$lr $RECIPE $GPT --recall_len $L --recall_pairs 16 --recall_vocab $V --n_embd $w \
 --batch_size 64 --lr $lr --max_iters $S2 --eval_interval 1000 $(tiny)"
   done; done; done
+  }
   # 3. Zoology's grid, vocabulary 8192, 32,768 tokens a step, each model at its recall learning rate
-  for w in 64 128; do for s in 64,4 128,8 256,16 512,64; do for m in softmax simpletron diffeqformer transject; do
+  for w in $ZOO_WIDTHS; do for s in 64,4 128,8 256,16 512,64; do for m in softmax simpletron diffeqformer transject; do
     L=${s%,*}; P=${s#*,}; B=$((32768 / L)); [ "$SMOKE" = 1 ] && { [ "$L" -gt 128 ] && L=128; B=8; }
     echo "zoo-$m-L$L-P$P-d$w-lr${LR[$m]} $RECIPE ${M[$m]} --recall_len $L --recall_pairs $P --recall_vocab 8192 --n_embd $w \
---batch_size $B --lr ${LR[$m]} --max_iters $S3 --eval_interval $S3 $(tiny)"
+--batch_size $B --lr ${LR[$m]} --max_iters $S3 --eval_interval $E3 $(tiny)"
   done; done; done
   # 4. the grid at width 256, then each point at a second learning rate (Zoology keeps the best of four)
   declare -A LR2=([softmax]=1e-3 [simpletron]=1e-3 [transject]=1e-3 [diffeqformer]=1e-3)
@@ -87,7 +100,7 @@ tiny() { [ "$SMOKE" = 1 ] && echo "--n_embd 16" ; }
     L=${s%,*}; P=${s#*,}; B=$((32768 / L)); lr=${LR[$m]}; [ $w != 256 ] && lr=${LR2[$m]}
     [ "$SMOKE" = 1 ] && { [ "$L" -gt 128 ] && L=128; B=8; }
     echo "zoo-$m-L$L-P$P-d$w-lr$lr $RECIPE ${M[$m]} --recall_len $L --recall_pairs $P --recall_vocab 8192 --n_embd $w \
---batch_size $B --lr $lr --max_iters $S3 --eval_interval $S3 $(tiny)"
+--batch_size $B --lr $lr --max_iters $S3 --eval_interval $E3 $(tiny)"
   done; done; done
 } | sed 's/ *$//' | awk -v cut=$CUT '!cut || NR % 4 == 1' | sed "s|--task mqar|--task mqar --cache_dir $W/data|" > "$W/jobs.txt"
 [ "$SMOKE" = 1 ] && sed -i "s|--task mqar|--task mqar ${N[*]}|" "$W/jobs.txt"
