@@ -25,7 +25,7 @@ if [ "$SMOKE" = 1 ]; then
     DEV=cpu; LENGTHS=64,128; N=(--recall_sizes 300,50,50); S1=30; S2=30; S3=20; CUT=1; BUDGET=${BUDGET_SMOKE:-150}
     BENCH=(--n_embd 32 --dtype bfloat16); TESTS=(tests/test_layers.py); MODELS6=simpletron,softmax,transject,causal_simple_attention,causal_softmax_attention
 else
-    DEV=cuda; LENGTHS=1024,2048,4096,8192,16384; N=(); S1=3000; S2=8000; S3=2000; CUT=0; BENCH=(); TESTS=(-n ${TEST_WORKERS:-4} tests)
+    DEV=cuda; LENGTHS=1024,2048,4096,8192,16384; N=(); S1=3000; S2=8000; S3=2000; CUT=0; BENCH=(); TESTS=(-v --timeout 120 -n ${TEST_WORKERS:-4} tests)
     MODELS6=simpletron,softmax,transject,diffeqformer,causal_simple_attention,causal_softmax_attention
 fi
 E3=$(( S3 < 500 ? S3 : 500 ))                               # a run stopped at END keeps a val accuracy
