@@ -60,7 +60,7 @@ fi
 UTIL=$!
 export STOP=$((T0 + BUDGET - 90)) END=$((T0 + BUDGET - 25)) W PY DEV
 [ "${RUNS_ONLY:-0}" = 1 ] && TESTS=(tests/test_layers.py)
-(OMP_NUM_THREADS=1 timeout $((END - $(date +%s))) "$PY" -m pytest -q -p no:cacheprovider -rfE "${TESTS[@]}" > "$W/suite.log" 2>&1; at "suite rc=$?") &
+(OMP_NUM_THREADS=1 timeout $((END - $(date +%s))) "$PY" -m pytest -p no:cacheprovider -rfE "${TESTS[@]}" > "$W/suite.log" 2>&1; at "suite rc=$?") &
 SUITE=$!
 
 RECIPE="--task mqar --n_layer 2 --warmup 100 --schedule cosine --min_lr 0 --weight_decay 0.1 --beta2 0.999 --grad_clip 1.0 \
