@@ -135,7 +135,7 @@ def build_run_model(args, config_dict, source, ckpt, pretrained):
     """The model and its first weights: BERT's, or the --init_from checkpoint's (then discretised by --steps),
     with SimpleTRON's attention (--transfer_from); a resumed run's own last."""
     if pretrained is not None:                               # SimpleTRON's Section 5.3
-        model = bert.bert_model(pretrained, {**MODELS[args.model][1], **config_dict})
+        model = bert.bert_model(pretrained, config_dict)     # the model's own settings, then the flags given
         print(f"from BERT {args.init_from_bert}: {model.config.n_layer} of {pretrained[0]['num_hidden_layers']} "
               f"layers, {model.config.attention} attention; a new classifier on the [CLS] state (BERT's pooler is "
               "not used)")

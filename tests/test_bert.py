@@ -320,5 +320,7 @@ def test_a_flag_given_wins_over_the_models_own_under_init_from_bert(tmp_path, mo
               "--model", "softmax", "--block_size", "16", "--out_dir", str(tmp_path / "o")]
     config = runsetup.settings(common)[-1]
     assert (config["attention"], config["variant"], config["n_layer"]) == ("softmax", "vanilla", N_LAYERS)
-    config = runsetup.settings([*common, "--variant", "resl", "--attention", "simple"])[-1]
+    args, _, source, ckpt, pretrained, config = runsetup.settings([*common, "--variant", "resl", "--attention", "simple"])
     assert (config["attention"], config["variant"], config["n_layer"]) == ("simple", "resl", N_LAYERS)
+    built = runsetup.build_run_model(args, config, source, ckpt, pretrained).config     # and the model built
+    assert (built.attention, built.variant, built.n_layer) == ("simple", "resl", N_LAYERS)

@@ -438,3 +438,21 @@ def test_a_cache_name_follows_every_setting_that_changes_its_content(name, tmp_p
         change(tmp_path)
         build({**base, **kw}, tmp_path / "changed")
     assert seen
+
+
+def test_a_local_sources_key_follows_the_path_size_and_time_of_each_file(tmp_path):
+    """Two copies that keep size and time (cp -p) in two folders are two sources: each gets its own cache."""
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("one two")
+    b.write_text("two one")                                  # same size
+    os.utime(b, ns=(os.stat(a).st_atime_ns, os.stat(a).st_mtime_ns))  # same time
+    keys = {data.source_key([str(p)]) for p in (a, b)}
+    assert len(keys) == 2 and all(k.startswith("local-") and len(k) == 16 for k in keys)
+    assert data.source_key([str(a)]) == data.source_key([f"{tmp_path}/./a.txt"])   # one file, one key
+    key = data.source_key([str(a)])
+    a.write_text("one six")                                  # edited, same size: a new time
+    os.utime(a, ns=(0, os.stat(b).st_mtime_ns + 1))
+    assert data.source_key([str(a)]) != key
+    a.write_text("one two three")                            # another size at the old time
+    os.utime(a, ns=(0, os.stat(b).st_mtime_ns))
+    assert data.source_key([str(a)]) != key

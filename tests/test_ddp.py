@@ -108,6 +108,7 @@ def test_two_processes_train_as_one_process_with_the_doubled_batch_and_resume_on
     one3 = train.main([str(a) for a in [*common, "--batch_size", "4", "--max_iters", "3", "--out_dir",
                                         tmp_path / "one3"]])
     assert (m2["n_val"], m2["n_test"]) == (one3["n_val"], one3["n_test"]) == (13, 11)
+    assert {type(m[k]) for m in (m2, one3) for k in ("n_val", "n_test")} == {int}   # counts, not sums of floats
     for k in ("val_loss", "val_acc", "test_loss", "test_acc"):
         assert m2[k] == pytest.approx(one3[k], rel=1e-5), k
 

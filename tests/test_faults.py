@@ -424,3 +424,22 @@ def test_ctrl_c_stops_within_seconds_and_the_resumed_run_ends_as_an_uninterrupte
     for k in ("val_loss", "val_acc", "test_loss", "test_acc", "best"):
         assert resumed[k] == whole[k], k
     assert [r["step"] for r in records(out) if r.get("resumed")] == [step]         # the resumption, in the log
+
+
+def test_a_folder_that_cannot_be_made_or_locked_is_named_with_the_os_reason_alone(tmp_path, monkeypatch):
+    (tmp_path / "file").write_text("")                      # --out_dir under a file: makedirs fails
+    args = config.parse_args(["--out_dir", str(tmp_path / "file" / "o")])[0]
+    with pytest.raises(data.DataError) as e:
+        rundir.RunDir(args, master=True)
+    assert str(e.value) == f"cannot make --out_dir {tmp_path / 'file' / 'o'}: Not a directory"   # no [Errno 20] '…'
+    real_open, lock = os.open, str(tmp_path / "o" / "lock")
+
+    def refuse_lock(path, *a, **k):
+        if path == lock:
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return real_open(path, *a, **k)
+    monkeypatch.setattr(os, "open", refuse_lock)
+    args = config.parse_args(["--out_dir", str(tmp_path / "o")])[0]
+    with pytest.raises(data.DataError) as e:
+        rundir.RunDir(args, master=True)
+    assert str(e.value) == f"cannot write {lock}: Permission denied"

@@ -696,3 +696,12 @@ def test_evaluating_batches_of_many_lengths_does_not_keep_memory_per_length():
     env = {k: v for k, v in os.environ.items() if k != "ONEDNN_PRIMITIVE_CACHE_CAPACITY"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
     assert int(out.stdout.split()[-1]) < 200, out.stdout
+
+
+def test_transjects_model_line_shows_no_heads():
+    """TransJect's Config keeps n_head (unused: its experts take the heads' place); its line leaves it out."""
+    model = config.build_model("transject", dict(vocab_size=16, block_size=8, n_layer=1, n_embd=16))
+    args = SimpleNamespace(model="transject", task="listops", device="cpu")
+    line = train.model_line(args, SimpleNamespace(on=False, world=1), model)
+    size = sum(p.numel() for p in model.parameters()) / 1e6
+    assert line == f"transject on listops (cpu): {size:.2f}M params, n_layer 1 n_embd 16 block_size 8 vocab_size 16"
