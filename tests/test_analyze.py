@@ -637,3 +637,24 @@ def test_experts_and_activation_of_a_transject(tmp_path):
     analyze.main(["activation", "--ckpt", path, "--out", str(out), "--n_seq", "4"])
     act = json.loads((out / "activation.json").read_text())["models"][0]
     assert len(act["activation_factor"]) == 4 and np.allclose(act["activation_factor"][0], 1.0)
+
+
+def test_the_cluster_command_runs_the_ode_it_is_given(tmp_path, capsys):
+    """analyze.py cluster: each degree's trajectory is the Euler ODE of its flags (T, steps, seed, weights), and the
+    clusters and spread it reports are those of that trajectory's end."""
+    analyze.main(["cluster", "--tokens", "6", "--steps", "12", "--T", "1.5", "--degrees", "0,2", "--eps", "0.3",
+                  "--seed", "3", "--weights", "random", "--out", str(tmp_path)])
+    out = json.loads((tmp_path / "cluster.json").read_text())
+    assert (out["tokens"], out["steps"], out["T"], out["seed"], out["eps"]) == (6, 12, 1.5, 3, 0.3)
+    x0, (Wq, Wk, Wv) = analyze.cluster_start(3, 6, weights="random")
+    for run, deg in zip(out["runs"], (0, 2)):
+        g = (lambda t: 1.0) if deg == 0 else (lambda t: 1.0 + t * t)
+        X = x0.clone()
+        for n in range(12):                                  # the Euler loop, step 1.5 / 12
+            traj = analyze.simulate_attention_ode(X, g(n * 0.125) * Wq, g(n * 0.125) * Wk, g(n * 0.125) * Wv,
+                                                  lambda t: 1.0, T=0.125, steps=1)
+            X = traj[-1]
+        assert run["degree"] == deg
+        torch.testing.assert_close(torch.tensor(run["final"], dtype=F64), X, rtol=0, atol=1e-9)
+        assert run["clusters"] == analyze.cluster_number(X, 0.3) and run["spread"] == pytest.approx(analyze.spread(X))
+    assert (tmp_path / "cluster.png").exists() and "g(t) =   1 + t^2:  2 clusters" in capsys.readouterr().out

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+import types
 
 import pytest
 import torch
@@ -274,7 +275,8 @@ def test_bare_steps_train_on_train_pys_batches(tmp_path, dtype):
     its gradient scaler): the same losses it logged (prefix steps included), so the bare step times the same work."""
     out = tmp_path / "run"
     train.main([*TINY_RUN.split(), "--max_iters", "14", "--out_dir", str(out), "--cache_dir", str(tmp_path / "d"),
-                "--dtype", dtype])
+                "--dtype", dtype, "--short_len", "2", "--lr", "0.03", "--warmup", "0"])   # prefixes of 2 of 5-11
+    # tokens, and a learning rate at which the zero-initialised head reads the input by the second step
     steps, tokens = bench.bare_steps(str(out), 0, 14, "cpu")
     logged = bench.log_records(str(out))[0]
     assert steps() == pytest.approx([r["loss"] for r in map(json.loads, open(out / "log.jsonl")) if "loss" in r],
@@ -325,3 +327,22 @@ def test_compile_table_plumbing(tmp_path, monkeypatch):
     assert r["speedup"] == pytest.approx(1, abs=0.5)
     assert r["break_even"] is None or r["break_even"] > 0
     assert "steps to pay it back" in (tmp_path / "user.md").read_text()
+
+
+def test_a_readme_command_runs_its_recipe_from_the_repository(tmp_path, monkeypatch):
+    """run_train starts train.py with the README command's flags, its @recipe read from this repository wherever
+    bench.py runs from."""
+    started = []
+
+    def popen(argv, **kwargs):
+        started.append(argv)
+        raise InterruptedError("not run")
+    monkeypatch.setattr(bench.subprocess, "Popen", popen)
+    monkeypatch.chdir(tmp_path)
+    args = types.SimpleNamespace(cache_dir="c", device="cpu")
+    with pytest.raises(InterruptedError):
+        bench.run_train("quickstart", "--max_iters 3", "o", args)
+    (argv,) = started
+    assert argv[1] == os.path.join(ROOT, "train.py") and argv[2] == f"@{ROOT}/recipes/quickstart.txt"
+    assert os.path.isfile(argv[2][1:]) and argv[3:] == ["--max_iters", "3", "--out_dir", "o", "--cache_dir", "c",
+                                                       "--device", "cpu"]

@@ -284,3 +284,19 @@ def test_the_process_group_calls_on_one_gloo_process(monkeypatch):
         assert torch.equal(d.from_rank0(lambda: {"w": x})["w"], x)      # rank 0's object, sent to every process
     finally:
         torch.distributed.destroy_process_group()
+
+
+def test_torchruns_local_rank_picks_the_gpu_and_one_past_the_last_is_refused(monkeypatch):
+    """LOCAL_RANK (not RANK: on a second machine the ranks go on, the local ones start again at 0) names the GPU."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    for k, v in {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "2"}.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(train.UsageError, match="--nproc_per_node is more than the 2 GPUs of this machine"):
+        ddp.Distributed("cuda")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    chosen = []
+    monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **k: None)
+    monkeypatch.setattr(torch.distributed, "new_group", lambda *a, **k: None)
+    d = ddp.Distributed("cuda")
+    assert (chosen, d.rank, d.world, d.local_rank, d.master) == ([1], 5, 8, 1, False)

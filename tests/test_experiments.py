@@ -4,6 +4,7 @@ train.py commands; the character table's recipe and its markdown in bits per cha
 import dataclasses
 import json
 import math
+import os
 
 import pytest
 
@@ -154,3 +155,17 @@ def test_a_table_names_the_machines_its_runs_were_trained_on(tmp_path, monkeypat
     assert experiments.run_machine(runs) == "CPU X, 2 cores, no GPU, torch 2; CPU Y, 16 cores, GPU Z, torch 2"
     assert experiments.run_machine([str(tmp_path / "d")]) == config.machine()       # an older run: this machine
     assert config.machine().endswith(", no GPU, torch " + __import__("torch").__version__)
+
+
+def test_task_of_rebuilds_the_runs_own_task_from_its_metrics(tmp_path):
+    """The baselines read the splits the run trained on: its task, cache, data and ListOps settings, and its block
+    size (given, or the model's when the flag was left to the task)."""
+    args = {"task": "listops", "cache_dir": str(tmp_path / "cache"), "data_dir": None, "tokenizer": None,
+            "listops_depth": 3, "listops_args": "2,3", "listops_len": "5,20", "listops_sizes": "40,6,8"}
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.json").write_text(json.dumps({"args": {**args, "block_size": None}, "config": {"block_size": 24}}))
+    task, a = experiments.task_of(str(run))
+    assert a == {**args, "block_size": None} and task.block_size == 24
+    assert [len(task.split(s)) for s in ("train", "val", "test")] == [40, 6, 8]
+    assert os.listdir(tmp_path / "cache") == ["listops-depth3-args2-3-len5-20-n40-6-8"]

@@ -86,6 +86,8 @@ def test_resume_after_a_crash_past_the_checkpoint_logs_each_step_once(lra, tmp_p
     saved = (out / "ckpt.pt").read_bytes()                                     # the checkpoint of step 3
     run("--resume", "--out_dir", out, "--max_iters", "5")                      # the log reaches step 5 ...
     (out / "ckpt.pt").write_bytes(saved)                                       # ... and a crash loses 4, 5
+    with open(out / "log.jsonl", "a") as f:
+        f.write('{"step": 6, "lo')                                             # in the middle of a line
     run("--resume", "--out_dir", out, "--max_iters", "6")
     with open(out / "log.jsonl") as f:
         steps = [r["step"] for r in map(json.loads, f) if "loss" in r]
