@@ -639,9 +639,12 @@ def test_experts_and_activation_of_a_transject(tmp_path):
     assert len(act["activation_factor"]) == 4 and np.allclose(act["activation_factor"][0], 1.0)
 
 
-def test_the_cluster_command_runs_the_ode_it_is_given(tmp_path, capsys):
+def test_the_cluster_command_runs_the_ode_it_is_given(tmp_path, capsys, monkeypatch):
     """analyze.py cluster: each degree's trajectory is the Euler ODE of its flags (T, steps, seed, weights), and the
-    clusters and spread it reports are those of that trajectory's end."""
+    clusters and spread it reports are those of that trajectory's end; the clusters and spread panels share the
+    bottom row in halves."""
+    figures, save = [], analyze.save_fig
+    monkeypatch.setattr(analyze, "save_fig", lambda fig, *a: (figures.append(fig), save(fig, *a))[1])
     analyze.main(["cluster", "--tokens", "6", "--steps", "12", "--T", "1.5", "--degrees", "0,2", "--eps", "0.3",
                   "--seed", "3", "--weights", "random", "--out", str(tmp_path)])
     out = json.loads((tmp_path / "cluster.json").read_text())
@@ -658,3 +661,5 @@ def test_the_cluster_command_runs_the_ode_it_is_given(tmp_path, capsys):
         torch.testing.assert_close(torch.tensor(run["final"], dtype=F64), X, rtol=0, atol=1e-9)
         assert run["clusters"] == analyze.cluster_number(X, 0.3) and run["spread"] == pytest.approx(analyze.spread(X))
     assert (tmp_path / "cluster.png").exists() and "g(t) =   1 + t^2:  2 clusters" in capsys.readouterr().out
+    clusters, spread = [ax.get_position() for ax in figures[0].axes if ax.name != "3d"]
+    assert clusters.x0 < clusters.x1 < spread.x0 and clusters.width == pytest.approx(spread.width)
