@@ -488,6 +488,13 @@ def main(argv=None):
     if bad:
         raise UsageError(f"the environment variable {bad}={os.environ[bad]!r} is no process number (torchrun sets it): "
                          f"unset {bad}, or start the run with torchrun")
+    rank, world = (int(os.environ.get(k, -1)) for k in ("RANK", "WORLD_SIZE"))
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not 0 <= rank < world:
+        raise UsageError(f"RANK={rank} with WORLD_SIZE={world}: a process's rank is 0 .. WORLD_SIZE - 1 (torchrun sets "
+                         "both); unset them, or start the run with torchrun")
+    if "RANK" in os.environ and not (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT", "").isdigit()):
+        raise UsageError("RANK is set but MASTER_ADDR or MASTER_PORT (a port number) is not: torchrun sets all "
+                         "three; unset RANK and WORLD_SIZE, or start the run with torchrun")
     args, batch_given, source, ckpt, pretrained, config_dict = settings(sys.argv[1:] if argv is None else argv, __doc__)
     dist = Distributed(args.device)                          # torchrun's processes, or this one alone
     if ckpt is not None and ckpt.get("world_size", 1) != dist.world and not batch_given:

@@ -300,3 +300,21 @@ def test_torchruns_local_rank_picks_the_gpu_and_one_past_the_last_is_refused(mon
     monkeypatch.setattr(torch.distributed, "new_group", lambda *a, **k: None)
     d = ddp.Distributed("cuda")
     assert (chosen, d.rank, d.world, d.local_rank, d.master) == ([1], 5, 8, 1, False)
+
+
+@pytest.mark.parametrize("rank, world", [("1", "1"), ("0", "0"), ("3", "2")])
+def test_a_rank_outside_the_world_is_one_line_before_any_work(rank, world, monkeypatch):
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("WORLD_SIZE", world)
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises(train.UsageError, match=rf"^RANK={rank} with WORLD_SIZE={world}: a process's rank is 0 \.\. "):
+        train.main(["--max_iters", "1"])
+
+
+@pytest.mark.parametrize("addr, port", [(None, None), ("127.0.0.1", None), ("127.0.0.1", "abc"), ("", "29500")])
+def test_a_rank_without_torchruns_address_is_one_line_before_any_work(addr, port, monkeypatch):
+    for k, v in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": addr, "MASTER_PORT": port}.items():
+        monkeypatch.delenv(k, raising=False) if v is None else monkeypatch.setenv(k, v)
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises(train.UsageError, match="^RANK is set but MASTER_ADDR or MASTER_PORT"):
+        train.main(["--max_iters", "1"])
