@@ -35,7 +35,7 @@ def settings(argv, description=None):
     if args.out_dir is None and args.init_from:              # beside the run it starts from, never over it
         source_dir = os.path.dirname(os.path.abspath(args.init_from))
         args.out_dir = os.path.relpath(source_dir + ("-eval" if args.eval_only else "-finetune"))
-    args.out_dir = args.out_dir or os.path.join("out", f"{args.model}-{args.task}")
+    args.out_dir = os.path.join("out", f"{args.model}-{args.task}") if args.out_dir is None else args.out_dir
     check_args(args)                                         # every flag, before any data is read
     args.device = pick_device(args.device)
     # the model's settings: a resumed run's, the --init_from checkpoint's with the fields given, or new

@@ -443,3 +443,9 @@ def test_a_folder_that_cannot_be_made_or_locked_is_named_with_the_os_reason_alon
     with pytest.raises(data.DataError) as e:
         rundir.RunDir(args, master=True)
     assert str(e.value) == f"cannot write {lock}: Permission denied"
+
+
+def test_an_empty_out_dir_is_refused_not_replaced_by_the_default(monkeypatch):
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises(config.UsageError, match=r"^--out_dir '': allowed is a path"):
+        train.main(["--out_dir", "", "--max_iters", "1"])
