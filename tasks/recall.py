@@ -16,6 +16,7 @@ there is no answer).
 
 import inspect
 import os
+import re
 
 import numpy as np
 
@@ -225,12 +226,10 @@ def read_examples(path, vocab, block_size=None):
         if len(fields) != 2:
             raise DataError(f"{where}: {len(fields)} tab-separated fields, not 2; the format: {FORMAT}")
         x, y = fields[0].split(), fields[1].split()
-        try:
-            x = [int(t) for t in x]
-            y = [-1 if t == "-" else int(t) for t in y]
-        except ValueError as e:
-            raise DataError(f"{where}: {str(e).split(': ')[-1]} is not an id (an integer, or - among the targets)") \
-                from None
+        odd = next((t for t in x + [t for t in y if t != "-"] if not re.fullmatch(r"[0-9]+", t)), None)
+        if odd is not None:                                  # int() would read "-1", "1_0" and "١"
+            raise DataError(f"{where}: {odd!r} is not an id (digits 0-9, or - among the targets)")
+        x, y = [int(t) for t in x], [-1 if t == "-" else int(t) for t in y]
         if len(x) != len(y) or not x:
             raise DataError(f"{where}: {len(x)} input ids but {len(y)} targets; every input id needs its target")
         if xs and len(x) != len(xs[0]):

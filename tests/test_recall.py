@@ -202,6 +202,9 @@ def test_plain_files_round_trip_and_become_a_task(tmp_path):
     ("1 2 3\t- 4\n", ["line 1", "3 input ids but 2 targets"]),
     ("1 2 3 - 4\n", ["line 1", "1 tab-separated fields, not 2"]),
     ("1 2 x\t- - 4\n", ["line 1", "'x' is not an id"]),
+    ("1 2 3\t- - -1\n", ["line 1", "'-1' is not an id"]),             # not "-": an answer that is no id
+    ("1 2 1_0\t- - 4\n", ["line 1", "'1_0' is not an id"]),           # int() would read 10
+    ("1 2 +3\t- - 4\n", ["line 1", "'+3' is not an id"]),
     ("1 2 3\t- - 4\n1 2\t- 4\n", ["line 2", "2 tokens, where the first example has 3"]),
     ("1 2 16\t- - 4\n", ["line 1", "id 16 is outside 1 .. 15", "--recall_vocab 16"]),
     ("1 0 3\t- - 4\n", ["id 0 is outside"]),
