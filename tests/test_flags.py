@@ -2,8 +2,13 @@
 said in one line, one that would change the model, its shape or weights, or the task is refused in one line before
 any data is read; --init_from takes the checkpoint's model and lays the Config flags given over its settings."""
 
+import os
+import re
+import threading
+
 import pytest
 
+import config
 import data
 import runsetup
 import train
@@ -112,3 +117,13 @@ def test_a_config_field_named_like_a_flag_is_refused_in_one_line(monkeypatch):
     one_line(e, "model 'shadowing': its Config field warmup has the name of train.py's flag --warmup; rename the field")
     for name in set(config.MODELS) - {"shadowing"}:         # the registered models take none
         config.model_module(name)
+
+
+def test_flags_from_a_fifo_or_a_folder_are_one_line_not_a_wait(tmp_path):
+    os.mkfifo(tmp_path / "fifo")
+    writer = threading.Thread(target=lambda: (tmp_path / "fifo").write_text("--max_iters 1\n"), daemon=True)
+    writer.start()                                           # were it read, it would end: a failure, not a hang
+    for name, why in (("fifo", "is not a regular file (a pipe, socket or device)"), (".", "is a folder, not a file")):
+        path = os.path.join(tmp_path, name)
+        with pytest.raises(config.UsageError, match=rf"^@{re.escape(path)}: {re.escape(path)} {re.escape(why)}; a file of flags"):
+            config.parse_args([f"@{path}"])
