@@ -151,10 +151,10 @@ def draw_rows(rows, title, png_path, short_steps=0, resumed=()):
     if lm:                                                    # ticks around every value drawn, bands included
         axes[1].set_yscale("log")
         log_ticks(axes[1], "y", axes[1].dataLim.intervaly)
-    ylabel = metric[1] if metric else "no evaluation yet"
+    val_label = metric[1] if metric else "no evaluation yet"
     if any("val_acc_example" in r for logs in rows.values() for log in logs for r in log["val"]):
-        ylabel = "val accuracy (%): per answer, per example (dashed)"
-    for ax, ylabel in zip(axes, ("loss (cross-entropy, nats)", ylabel)):
+        val_label = "val accuracy (%): per answer, per example (dashed)"
+    for ax, ylabel in zip(axes, ("loss (cross-entropy, nats)", val_label)):
         if short_steps > 0 and not lm:
             ax.axvspan(0, short_steps, color="0.5", alpha=0.15, lw=0, label=f"steps 1-{short_steps}: prefixes")
         for n, step in enumerate(resumed):
