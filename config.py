@@ -532,6 +532,39 @@ def check_config(model_name, config_dict, values=True):
         raise UsageError(f"bad model settings: {e}") from None
 
 
+def check_size(args, model_name, config):
+    """Before any data is read: a run that cannot fit in this machine's memory, or asks for an absurd step, refused
+    in one line. The memory is a lower bound: the weights (with their gradients and Adam's two moments when
+    training), counted on the meta device at one and two layers and extrapolated (where the model can be built
+    there), and one float per position, width and layer (evaluating: per position and width) of the batch."""
+    config = dataclasses.asdict(check_config(model_name, config, values=False))
+    T, L, d = config["block_size"], config["n_layer"], config["n_embd"]
+    tokens = args.batch_size * args.grad_accum * T
+    if tokens > 2**30:                                       # (GPT-3 took 3.2M tokens a step)
+        raise UsageError(f"--batch_size {args.batch_size} x --grad_accum {args.grad_accum} x --block_size {T} is "
+                         f"{tokens:.3g} tokens a step, more than 2**30: lower --batch_size or --grad_accum")
+    kind = torch.device(args.device).type
+    have = (torch.cuda.get_device_properties(args.device).total_memory if kind == "cuda"
+            else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+    if 4 * (4 * L * d * d + args.batch_size * T * d * L) * 20 < have:
+        return                                               # far from it (a layer has ~12 d^2 weights): no count
+    try:
+        with torch.device("meta"):
+            p1, p2 = (sum(p.numel() for p in build_model(model_name, {**config, "n_layer": n}).parameters())
+                      for n in (1, 2))
+    except UsageError:
+        return                                               # (said again, in full, when the model is built)
+    except RuntimeError:                                     # (an init that reads a value: DiffEqFormer's)
+        p1 = p2 = 0
+    floats = (p1 + (L - 1) * (p2 - p1)) * (1 if args.eval_only else 4) + args.batch_size * T * d * (
+        1 if args.eval_only else L)
+    if 4 * floats > have:
+        raise UsageError(f"--batch_size {args.batch_size} --block_size {T} --n_layer {L} --n_embd {d}: the "
+                         f"{'evaluation' if args.eval_only else 'training'} needs at least {4 * floats / 2**30:.3g} "
+                         f"GiB, more than the {have / 2**30:.3g} GiB of this {kind}; lower them (--grad_accum makes "
+                         "a large batch of small ones)")
+
+
 def build_model(model_name, config_dict):
     return model_module(model_name).Model(check_config(model_name, config_dict, values=False))
 

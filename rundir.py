@@ -192,7 +192,7 @@ class RunDir:
         path = self.file("log.jsonl")
         if resumed_at is not None and os.path.isfile(path):
             import curves                                    # its reader of log lines (a line cut short: None)
-            with open(path) as f:
+            with open(path, encoding="utf-8", errors="replace") as f:    # (bytes that are not text: a line dropped)
                 kept = [line for line in f if (curves.record(line) or {}).get("step", resumed_at + 1) <= resumed_at]
             data.atomic_write_text(path, "".join(kept))
         self.log = self.guarded(lambda: open(path, "a" if resumed_at is not None else "w"))

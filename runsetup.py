@@ -6,6 +6,7 @@ BERT), every one checked before any data is read, and its model with its first w
 import contextlib
 import dataclasses
 import inspect
+import math
 import os
 
 import torch
@@ -13,8 +14,8 @@ import torch
 import bert
 import data
 import simpletron
-from config import (TASK_FLAGS, MODELS, UsageError, build_model, check_args, check_config, load_checkpoint,
-                    parse_args, pick_device, resolve)
+from config import (TASK_FLAGS, MODELS, UsageError, build_model, check_args, check_config, check_size,
+                    load_checkpoint, parse_args, pick_device, resolve)
 
 
 def settings(argv, description=None):
@@ -46,7 +47,46 @@ def settings(argv, description=None):
     else:
         config_dict = dict(MODELS[args.model][1], **overrides)
     check_config(args.model, config_dict)                    # bad settings fail before any data is loaded
+    check_size(args, args.model, config_dict)                # and those that cannot fit in memory
     return args, batch_given, source, ckpt, pretrained, config_dict
+
+
+def check_run_record(ckpt, out_dir):
+    """What ckpt.pt records beside the weights, and the best.pt it names, checked before any data is read: a value of
+    the wrong kind is refused in one line; a best.pt that is gone is forgotten (the next evaluation writes one), one
+    of another model is refused (it is not this run's, and would be overwritten)."""
+    try:
+        check_config(ckpt["model_name"], ckpt["config"])
+    except UsageError as e:
+        raise UsageError(f"{out_dir}/ckpt.pt: {e}") from None
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    best = ckpt.get("best")
+    fine = {"time": number, "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+            "gate_start": lambda v: isinstance(v, dict) and all(number(abs(x)) for x in v.values()),
+            "best": lambda v: v is None or isinstance(v, dict) and isinstance(v.get("step"), int)
+            and 0 <= v["step"] <= ckpt["iter"] and len(v) == 2 and number(v.get("val_loss", v.get("val_acc")))}
+    bad = next((k for k, test in fine.items() if k in ckpt and not _holds(test, ckpt[k])), None)
+    if bad:
+        raise UsageError(f"{out_dir}/ckpt.pt: its record {bad!r} is damaged ({data.one_line(repr(ckpt[bad]), 60)}); "
+                         "start a new run, or --init_from it in another --out_dir")
+    path = os.path.join(out_dir, "best.pt")
+    if best is None or data.file_problem(path) == "does not exist":
+        if best is not None:
+            print(f"{path} is gone: the run's best so far (step {best['step']}) is forgotten; the next evaluation "
+                  "writes a new one")
+        ckpt["best"] = None
+        return
+    other = load_checkpoint(path)
+    if other["model_name"] != ckpt["model_name"] or other["config"] != ckpt["config"]:
+        raise UsageError(f"{path} holds a {other['model_name']} model of other settings, not this "
+                         f"{ckpt['model_name']} run's: move it out of {out_dir}, then --resume again")
+
+
+def _holds(test, value):
+    try:
+        return bool(test(value))
+    except (TypeError, AttributeError):
+        return False
 
 
 def inherit_from(args, given):
@@ -107,6 +147,7 @@ def resume_state(args, given):
                              f"{ckpt['args']['task']}{detail}, which --resume continues as it is; leave out --{k}, "
                              "or start a new run in another --out_dir")
         changed.append(f"--{k} {getattr(args, k)} (the run had {run[k]})")
+    check_run_record(ckpt, args.out_dir)
     if changed:
         print(f"resuming {args.out_dir} with {', '.join(changed)}")
     for k, v in ckpt["args"].items():
@@ -219,6 +260,14 @@ def restore_optimizer(optimizer, scaler, ckpt, out_dir):
     if len(ckpt["optimizer"]["param_groups"]) != len(optimizer.param_groups):
         raise UsageError(f"{out_dir}/ckpt.pt was written by an older train.py (other optimiser groups); "
                          "start a new run instead of --resume")
-    optimizer.load_state_dict(ckpt["optimizer"])
+    try:                                                     # (torch checks the groups' sizes; the states' shapes,
+        optimizer.load_state_dict(ckpt["optimizer"])         # which it would only meet at the first step, here)
+        fits = all(v.shape == p.shape for p, s in optimizer.state.items() for v in s.values()
+                   if torch.is_tensor(v) and v.dim() > 0)
+    except (ValueError, KeyError, TypeError, RuntimeError):
+        fits = False
+    if not fits:
+        raise UsageError(f"{out_dir}/ckpt.pt: its optimiser state does not fit the model's weights (damaged, or "
+                         "another run's); start a new run, or --init_from it in another --out_dir")
     print(f"resuming {out_dir} at step {ckpt['iter']}")
     return ckpt["iter"]

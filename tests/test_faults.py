@@ -373,6 +373,73 @@ def test_resume_with_another_model_or_task_is_one_line(lra, tmp_path, monkeypatc
         one_line(e, words, f"{tmp_path / 'o'} holds a simpletron run on listops, which --resume continues as it is")
 
 
+def edit_ckpt(path, **change):
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt.update({k: v(ckpt) if callable(v) else v for k, v in change.items()})
+    torch.save(ckpt, path)
+
+
+@pytest.mark.parametrize("change,words", [
+    (dict(best="garbage"), "its record 'best' is damaged ('garbage')"),
+    (dict(best=lambda c: {**c["best"], "step": 3}), "its record 'best' is damaged"),      # past the checkpoint
+    (dict(best=lambda c: {"step": 2, "val_acc": float("nan")}), "its record 'best' is damaged"),
+    (dict(best=lambda c: {"step": 2, "val_acc": 0.5, "x": 1}), "its record 'best' is damaged"),
+    (dict(world_size=0), "its record 'world_size' is damaged (0)"),
+    (dict(world_size=True), "its record 'world_size' is damaged (True)"),
+    (dict(time="x"), "its record 'time' is damaged ('x')"),
+    (dict(time=-1.0), "its record 'time' is damaged (-1.0)"),
+    (dict(gate_start={"a": "x"}), "its record 'gate_start' is damaged"),
+    (dict(config=lambda c: {**c["config"], "n_head": 3}), "ckpt.pt: bad model settings: n_embd (16) must be a "),
+])
+def test_a_damaged_record_in_ckpt_pt_is_refused_before_any_data(lra, tmp_path, monkeypatch, change, words):
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "o")
+    edit_ckpt(tmp_path / "o" / "ckpt.pt", **change)
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises(train.UsageError) as e:
+        run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
+    one_line(e, f"{tmp_path / 'o' / 'ckpt.pt'}: ", words)
+
+
+def test_a_lost_best_pt_is_forgotten_and_another_runs_refused(lra, tmp_path, monkeypatch, capsys):
+    common = ["--data_dir", lra, *TINY, "--eval_interval", "2"]
+    run(*common, "--max_iters", "2", "--out_dir", tmp_path / "o")              # best.pt: step 2
+    run(*common, "--max_iters", "2", "--out_dir", tmp_path / "other", "--n_embd", "8")
+    os.replace(tmp_path / "other" / "best.pt", tmp_path / "o" / "best.pt")
+    with monkeypatch.context() as m:
+        m.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+        with pytest.raises(train.UsageError) as e:
+            run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
+    one_line(e, f"{tmp_path / 'o' / 'best.pt'} holds a simpletron model of other settings, not this simpletron run's: "
+                f"move it out of {tmp_path / 'o'}, then --resume again")
+    os.remove(tmp_path / "o" / "best.pt")
+    fake_val(monkeypatch, [0.1], "acc")                        # worse than step 2's, which is forgotten
+    m = run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
+    assert "best.pt is gone: the run's best so far (step 2) is forgotten" in capsys.readouterr().out
+    best = torch.load(tmp_path / "o" / "best.pt", map_location="cpu", weights_only=True)
+    assert m["best"]["step"] == 4 and best["iter"] == 4
+
+
+def test_an_optimiser_state_of_other_shapes_is_refused_before_a_step(lra, tmp_path):
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--out_dir", tmp_path / "other", "--n_embd", "8")
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--out_dir", tmp_path / "o")
+    other = torch.load(tmp_path / "other" / "ckpt.pt", map_location="cpu", weights_only=True)["optimizer"]
+    edit_ckpt(tmp_path / "o" / "ckpt.pt", optimizer=other)      # the same groups, each state of other shapes
+    before = records(tmp_path / "o")
+    with pytest.raises(train.UsageError) as e:
+        run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
+    one_line(e, f"{tmp_path / 'o' / 'ckpt.pt'}: its optimiser state does not fit the model's weights")
+    assert records(tmp_path / "o") == before
+
+
+def test_bytes_that_are_not_text_in_the_log_are_dropped_on_resume(lra, tmp_path):
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--out_dir", tmp_path / "o")
+    with open(tmp_path / "o" / "log.jsonl", "ab") as f:
+        f.write(b"\x80\xff junk\n")
+    run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "3")
+    steps = [r["step"] for r in records(tmp_path / "o")]       # (each line JSON: the junk line is gone)
+    assert steps == [1, 2, 2, 2, 3, 3], steps                   # 2: a step and its evaluation, then the resumption
+
+
 @pytest.mark.parametrize("argv,words", [
     (["--model", "transject", "--n_head", "4"], "--n_head: TransJect has no attention heads (its --n_experts take "
                                                 "their place); it is no setting of --model transject"),

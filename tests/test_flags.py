@@ -127,3 +127,35 @@ def test_flags_from_a_fifo_or_a_folder_are_one_line_not_a_wait(tmp_path):
         path = os.path.join(tmp_path, name)
         with pytest.raises(config.UsageError, match=rf"^@{re.escape(path)}: {re.escape(path)} {re.escape(why)}; a file of flags"):
             config.parse_args([f"@{path}"])
+
+
+@pytest.mark.parametrize("flags, shown", [
+    (["--batch_size", str(10**9)], "--batch_size 1000000000 x --grad_accum 1 x --block_size 60 is 6e+10 tokens a step, "
+                                   "more than 2**30: lower --batch_size or --grad_accum"),
+    (["--grad_accum", str(10**9)], "--batch_size 4 x --grad_accum 1000000000 x --block_size 60 is 2.4e+11 tokens"),
+    (["--n_layer", str(10**6)], "--batch_size 4 --block_size 60 --n_layer 1000000 --n_embd 16: the training needs at "
+                                "least "),
+    (["--n_embd", str(2**20), "--n_head", "1"], "--n_embd 1048576: the training needs at least "),
+])
+def test_a_run_too_large_for_the_machine_is_refused_before_any_data(lra, no_data, tmp_path, flags, shown):
+    with pytest.raises(config.UsageError) as e:
+        run("--data_dir", lra, *TINY, "--block_size", "60", *flags, "--out_dir", tmp_path / "o")
+    one_line(e, shown)
+
+
+@pytest.mark.parametrize("eval_only", [False, True])
+def test_the_memory_bound_is_the_weights_with_adam_and_a_float_per_position_width_and_layer(monkeypatch, eval_only):
+    """Weights counted on a real model of 3 layers (not extrapolated from 1 and 2), times 4 when training (gradients
+    and Adam's two moments), and B x T x d x L floats (evaluating: B x T x d), 4 bytes each."""
+    shape = dict(n_layer=3, n_embd=16, n_head=2, block_size=60, vocab_size=40, head="lm")
+    weights = sum(p.numel() for p in config.build_model("simpletron", shape).parameters())
+    B, T, d, L = 5, 60, 16, 3
+    need = 4 * (weights + B * T * d if eval_only else 4 * weights + B * T * d * L)
+    args = type("Args", (), dict(batch_size=B, grad_accum=7, eval_only=eval_only, device="cpu"))
+    for have, refused in ((need, False), (need - 1, True)):
+        monkeypatch.setattr(os, "sysconf", lambda name, have=have: 1 if name == "SC_PAGE_SIZE" else have)
+        if refused:
+            with pytest.raises(config.UsageError, match="needs at least"):
+                config.check_size(args, "simpletron", shape)
+        else:
+            config.check_size(args, "simpletron", shape)
