@@ -400,6 +400,7 @@ def run_main(main, *errors):
     stderr, "error: ...", and exit status 2, never a traceback; so is running out of memory; Ctrl-C is one line and
     exit status 130. Returns what main() returns."""
     signal.signal(signal.SIGINT, signal.default_int_handler)   # (a program may ignore Ctrl-C while it imports)
+    escape_unshowable()
     try:
         return main()
     except BrokenPipeError:                                  # the reader of stdout is gone (... | head): quietly
@@ -417,6 +418,13 @@ def run_main(main, *errors):
         sys.exit(130)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def escape_unshowable():
+    """Text that stdout or stderr cannot encode (é on an ASCII terminal) written escaped (\\xe9), not a traceback."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError):            # (a stream replaced by one without it)
+            stream.reconfigure(errors="backslashreplace")
 
 
 def out_of_memory(e):
@@ -657,6 +665,9 @@ def cache_problem(folder):
     there with its size (a few stat calls); a file's CRC-32 is read only when its stamp is not the manifest's, so
     once after each change: a file that kept its bytes (a copy) then gets its new stamp in the manifest."""
     path = os.path.join(folder, MANIFEST)
+    problem = file_problem(path)                             # (a FIFO would be waited on)
+    if problem and problem != "does not exist":
+        return f"has a {MANIFEST} that {problem}"
     try:
         with open(path) as f:
             files = json.load(f)["files"]

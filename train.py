@@ -520,6 +520,7 @@ def main(argv=None):
 
 if __name__ == "__main__":
     rank = env_number("RANK")                                # torchrun: rank 0 prints, the others are quiet ...
+    data.escape_unshowable()
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else open(os.devnull, "w")):
             main()

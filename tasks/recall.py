@@ -289,16 +289,23 @@ def recall_task(name, cache_dir, data_dir, block_size, recall_len, recall_pairs,
     cached_dir(folder, build, f"{name}: {'/'.join(map(str, sizes))} examples generated")
     if txt:
         for split in SPLITS:
-            write_examples(os.path.join(folder, f"{split}.txt"), *load(folder, split))
+            write_examples(os.path.join(folder, f"{split}.txt"), *load(folder, split, vocab))
         print(f"{name}: wrote train.txt, val.txt and test.txt into {folder}", flush=True)
-    return Task(name, "lm", vocab, block_size or length, 0, {s: (lambda s=s: AnswerSplit(*load(folder, s)))
+    return Task(name, "lm", vocab, block_size or length, 0, {s: (lambda s=s: AnswerSplit(*load(folder, s, vocab)))
                                                                for s in SPLITS},
                 sources={s: os.path.join(folder, f"{s}.*.npy") for s in SPLITS})
 
 
-def load(folder, split):
+def load(folder, split, vocab):
+    """A split's cached arrays, checked: ids within the vocabulary, targets -1 (none) or an id, the shapes alike."""
     with reading(os.path.join(folder, f"{split}.*.npy"), "is damaged", f"; delete {folder} to rebuild it"):
-        return tuple(np.load(os.path.join(folder, f"{split}.{a}.npy"), mmap_mode="r") for a in ("x", "y"))
+        x, y = (np.load(os.path.join(folder, f"{split}.{a}.npy"), mmap_mode="r") for a in ("x", "y"))
+        fits = (x.ndim == 2 and x.shape == y.shape and x.dtype.kind in "iu" and y.dtype.kind == "i"
+                and (x.size == 0 or 0 <= x.min() and x.max() < vocab and -1 <= y.min() and y.max() < vocab))
+    if not fits:
+        raise DataError(f"{folder}/{split}.*.npy: not this task's examples (ids outside 0 .. {vocab - 1}, or arrays "
+                        f"of other kinds or shapes); delete {folder} to rebuild it")
+    return x, y
 
 
 HELP = {"recall_len": "tokens per example (default 64)",

@@ -226,6 +226,40 @@ def test_a_damaged_cache_that_cannot_be_built_again_is_refused_not_used(tmp_path
     assert data.cache_problem(folder).startswith("has a a.bin of 500 bytes")          # left as it was
 
 
+def test_a_manifest_that_is_a_fifo_or_a_folder_is_built_again_not_waited_on(tmp_path, capsys):
+    kw = KINDS["textfile"][1](tmp_path, None)
+    before = content(load("textfile", kw, tmp_path / "c"))
+    (folder,) = cached_folders(tmp_path / "c")
+    for make in (os.mkfifo, os.mkdir):
+        os.remove(os.path.join(folder, data.MANIFEST))
+        make(os.path.join(folder, data.MANIFEST))
+        assert data.cache_problem(folder).startswith("has a manifest.json that is ")
+        assert content(load("textfile", kw, tmp_path / "c")) == before
+        assert capsys.readouterr().out.count("building it again") == 1
+
+
+@pytest.mark.parametrize("forge", ["id 16", "id -1", "target 16", "target -2", "float", "rows", "one axis"])
+def test_a_recall_cache_of_other_examples_under_a_consistent_manifest_is_refused(forge, tmp_path):
+    """A forger who rewrites an array and its manifest passes the checksums: the ids and shapes are checked too."""
+    kw = {"recall_len": 16, "recall_pairs": 2, "recall_vocab": 16, "recall_sizes": "6,3,3", "cache_dir": tmp_path}
+    recall.mqar_task(**kw)
+    (folder,) = cached_folders(tmp_path)
+    x, y = (np.load(os.path.join(folder, f"train.{a}.npy")).astype(np.int32) for a in "xy")
+    x, y = {"id 16": lambda: (x + 16 * (x == x.max()), y), "id -1": lambda: (np.where(x == x.min(), -1, x), y),
+            "target 16": lambda: (x, np.where(y >= 0, 16, -1)), "target -2": lambda: (x, y - 1),
+            "float": lambda: (x.astype(np.float32), y), "rows": lambda: (x, y[:-1]),
+            "one axis": lambda: (x.ravel(), y.ravel())}[forge]()
+    np.save(os.path.join(folder, "train.x.npy"), x)
+    np.save(os.path.join(folder, "train.y.npy"), y)
+    os.remove(os.path.join(folder, data.MANIFEST))
+    data.write_manifest(folder)
+    assert data.cache_problem(folder) is None
+    with pytest.raises(data.DataError) as e:
+        recall.mqar_task(**kw).split("train")
+    assert str(e.value) == (f"{folder}/train.*.npy: not this task's examples (ids outside 0 .. 15, or arrays of other "
+                            f"kinds or shapes); delete {folder} to rebuild it")
+
+
 def test_train_py_trains_on_the_rebuilt_cache_not_the_cut_one(tmp_path, capsys):
     kw = KINDS["textfile"][1](tmp_path, None)
     load("textfile", kw, tmp_path / "c")

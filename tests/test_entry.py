@@ -6,6 +6,7 @@ program's main as its `__main__` does (data.run_main), in this process; a few ru
 line and exit 130, running out of memory one line and 2; the run folder's own faults are refused before a run."""
 
 import functools
+import io
 import json
 import os
 import runpy
@@ -711,3 +712,19 @@ def test_a_generated_tasks_flag_given_to_a_task_without_it_is_one_line(argv, wor
         train.main(["--data_dir" if "listops" in argv else "--recall_sizes", str(w.lra) if "listops" in argv else
                     "8,8,8", "--out_dir", str(tmp_path / "o"), "--cache_dir", str(tmp_path / "c"), *TINY, *argv])
     assert not (tmp_path / "o" / "ckpt.pt").exists() and not (tmp_path / "c" / "recall").exists()
+
+
+def test_text_a_terminal_cannot_show_is_escaped_not_a_traceback(monkeypatch):
+    """sample.py's text on an ASCII terminal (PYTHONIOENCODING=ascii, an old locale): é written as \\xe9."""
+    out, err = (io.TextIOWrapper(io.BytesIO(), encoding="ascii") for _ in range(2))
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+
+    def main():
+        print("café")
+        raise data.DataError("no file naïve.txt")
+    with pytest.raises(SystemExit) as e:
+        data.run_main(main)
+    out.flush(), err.flush()
+    assert e.value.code == 2
+    assert out.buffer.getvalue() == b"caf\\xe9\n" and err.buffer.getvalue() == b"error: no file na\\xefve.txt\n"

@@ -516,3 +516,10 @@ def test_an_empty_out_dir_is_refused_not_replaced_by_the_default(monkeypatch):
     monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
     with pytest.raises(config.UsageError, match=r"^--out_dir '': allowed is a path"):
         train.main(["--out_dir", "", "--max_iters", "1"])
+
+
+def test_a_path_an_ascii_terminal_cannot_show_is_escaped_in_train_pys_lines(lra, tmp_path):
+    out = train_py("--data_dir", lra, *TINY, "--max_iters", "1", "--out_dir", tmp_path / "sortie-é", cwd=tmp_path,
+                   env={**os.environ, "PYTHONIOENCODING": "ascii"})
+    assert out.returncode == 0, out.stderr
+    assert f"wrote {tmp_path}/sortie-\\xe9/metrics.json" in out.stdout
