@@ -56,7 +56,7 @@ from curves import log_ticks  # noqa: E402
 from measure import (count_flops, crossover, interleaved_rounds, matmul_rate, matmul_size, md_table,  # noqa: E402
                      peak_flops, peak_memory, quadratic, rss_mb, step_cost, timed)
 from runsetup import precision  # noqa: E402
-from config import (MODELS, Parser, UsageError, build_model, check_value, load_checkpoint,  # noqa: E402
+from config import (MODELS, Parser, UsageError, build_model, check_device, check_value, load_checkpoint,  # noqa: E402
                     machine as machine_name, model_module, pick_device)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -884,13 +884,10 @@ def parse(argv):
     p.add_argument("--models", default=",".join(MODELS),
                    help="models of train.py, or one attention alone: " + ", ".join(ATTENTION))
     p.add_argument("--lengths", default="1024,4096")
-    p.add_argument("--batch", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5, help="interleaved rounds (the median is reported)")
     p.add_argument("--inner", type=int, default=10, help="nanoGPT configuration: steps per timing")
-    p.add_argument("--n_layer", type=int, default=4)
-    p.add_argument("--n_head", type=int, default=4)
-    p.add_argument("--n_embd", type=int, default=128)
-    p.add_argument("--vocab", type=int, default=256)
+    for name, default in (("batch", 1), ("n_layer", 4), ("n_head", 4), ("n_embd", 128), ("vocab", 256)):
+        p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--head", default="lm", choices=("lm", "cls"), help="lm (causal) or cls")
     p.add_argument("--time_dim", type=int, help="DiffEqFormer's d_t (default: its Config's)")
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:N or mps")
@@ -929,13 +926,7 @@ def check(args):
     """Every flag, before any work: one line naming the flag, its value and what is allowed."""
     for name, value in vars(args).items():
         check_value(name, value)
-    for flag in ("peak_tflops", "max_minutes"):
-        if getattr(args, flag) is not None and not getattr(args, flag) > 0:
-            raise UsageError(f"--{flag} {getattr(args, flag)}: allowed is a number > 0")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError(f"--device {args.device}: no CUDA device here; use --device cpu (or auto)")
-    if args.device == "mps" and not torch.backends.mps.is_available():
-        raise UsageError("--device mps: Apple's MPS is not available here; use --device cpu (or auto)")
+    check_device(args.device)
     path = os.path.abspath(args.out)
     while not os.path.exists(path):
         path = os.path.dirname(path)
@@ -966,6 +957,15 @@ def read_lists(args, device):
     args.context_list = int_list("contexts", args.contexts) if args.generate else []
     if args.generate and (not args.context_list or min(args.context_list) < 1):
         raise UsageError("--generate needs --contexts of at least 1 token and --new_tokens of at least 1")
+    clash = next((m for c, m in (
+        (args.generate and args.head != "lm", f"--generate times language models, not --head {args.head}: time it in "
+                                              "a command of its own"),
+        (args.generate and not set(models) & set(MODELS), f"--generate times whole models ({', '.join(MODELS)}), "
+                                                          "and --models names none"),
+        (args.infer_only and args.checkpointing, "--checkpointing recomputes blocks in the backward pass, which "
+                                                 "--infer_only does not run: give one of them")) if c), None)
+    if clash:
+        raise UsageError(clash)
     nano = load_nanogpt(args.nanogpt) if args.nanogpt else None
     if args.clock == "cpu" and device != "cpu":
         raise UsageError("--clock is wall, or cpu (CPU time; on a CPU device only)")

@@ -251,8 +251,9 @@ def read_examples(path, vocab, block_size=None):
     return np.array(xs, dtype=np.int64), np.array(ys, dtype=np.int64)
 
 
-def file_task(name, data_dir, vocab, block_size):
-    """--data_dir: a folder with train.txt, val.txt and test.txt (those there), or one file, the test split."""
+def file_task(name, data_dir, vocab, block_size, recall_len=None):
+    """--data_dir: a folder with train.txt, val.txt and test.txt (those there), or one file, the test split; their
+    examples' length is --recall_len's where that is set (given, or a checkpoint's)."""
     if os.path.isdir(data_dir):
         paths = {s: os.path.join(data_dir, f"{s}.txt") for s in SPLITS if os.path.lexists(os.path.join(data_dir, f"{s}.txt"))}
         if not paths:
@@ -264,6 +265,9 @@ def file_task(name, data_dir, vocab, block_size):
     if any(x.shape[1] != length for x, _ in read.values()):
         raise DataError(f"{name}: the files of {data_dir} hold examples of different lengths "
                         f"({', '.join(f'{s} {x.shape[1]}' for s, (x, _) in read.items())})")
+    if recall_len not in (None, length):
+        raise DataError(f"{name}: the examples of --data_dir {data_dir} are {length} tokens long, not --recall_len "
+                        f"{recall_len} (given, or the checkpoint's): give --recall_len {length}, or other files")
     where = (f"no {{}}.txt in {data_dir}" if os.path.isdir(data_dir) else
              f"--data_dir {data_dir} is one file, read as the test split (a folder holds train.txt, val.txt, test.txt)")
     missing = {s: f"{name}: {where.format(s)}" for s in SPLITS if s not in paths}
@@ -274,7 +278,7 @@ def file_task(name, data_dir, vocab, block_size):
 def recall_task(name, cache_dir, data_dir, block_size, recall_len, recall_pairs, recall_vocab, recall_sizes, txt):
     length, pairs, vocab, sizes = setting(name, recall_len, recall_pairs, recall_vocab, recall_sizes)
     if data_dir is not None:
-        return file_task(name, data_dir, vocab, block_size)
+        return file_task(name, data_dir, vocab, block_size, None if recall_len is None else length)
     if block_size is not None and block_size < length:
         raise DataError(f"{name}: --block_size {block_size} is shorter than the examples (--recall_len {length})")
     folder = os.path.join(cache_dir, "recall", f"{name}-len{length}" + (f"-pairs{pairs}" if pairs else "") +

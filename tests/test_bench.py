@@ -145,7 +145,12 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
     (["--lengths", "20000", "--models", "softmax_naive"], "softmax_naive's training step"),
     (["--lengths", "4096", "--max_minutes", "0.0001"], "this benchmark would take about"),
     (["--peak_tflops", "-1"], "--peak_tflops -1.0: allowed is a number > 0"),
-    (["--max_minutes", "0"], "--max_minutes 0.0: allowed is a number > 0")])
+    (["--max_minutes", "0"], "--max_minutes 0.0: allowed is a number > 0"),
+    (["--generate", "--head", "cls"], "--generate times language models, not --head cls"),
+    (["--generate", "--lengths", "", "--models", "simple_attention,softmax_attention"],
+     "--generate times whole models (simpletron, softmax, transject, diffeqformer), and --models names none"),
+    (["--infer_only", "--checkpointing"], "--checkpointing recomputes blocks in the backward pass, which --infer_only "
+                                          "does not run")])
 def test_nothing_runs_on_an_empty_list_or_a_size_beyond_the_machine(argv, words, tmp_path):
     with pytest.raises(bench.UsageError) as e:
         bench.main([*argv, "--out", str(tmp_path / "out"), "--device", "cpu"])   # the CPU's memory, on any machine

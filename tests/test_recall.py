@@ -196,6 +196,13 @@ def test_plain_files_round_trip_and_become_a_task(tmp_path):
     assert np.array_equal(rx, x) and np.array_equal(ry, y)
     task = data.load_task("mqar", cache_dir=str(tmp_path / "c"), data_dir=str(tmp_path), recall_vocab=16)
     assert task.open(training=False) == ["test"] and task.vocab_size == 16 and task.block_size == 16
+    same = data.load_task("mqar", cache_dir=str(tmp_path / "c"), data_dir=str(tmp_path), recall_vocab=16,
+                          recall_len=16)                     # --recall_len, given or a checkpoint's: the files'
+    assert same.block_size == 16
+    with pytest.raises(data.DataError) as e:
+        data.load_task("mqar", cache_dir=str(tmp_path / "c"), data_dir=str(tmp_path), recall_vocab=16, recall_len=32)
+    assert str(e.value) == (f"mqar: the examples of --data_dir {tmp_path} are 16 tokens long, not --recall_len 32 "
+                            "(given, or the checkpoint's): give --recall_len 16, or other files")
 
 
 @pytest.mark.parametrize("text, parts", [
