@@ -32,13 +32,20 @@ import statistics
 import subprocess
 import sys
 import time
+import types
 
 if __name__ == "__main__":                                   # Ctrl-C while torch loads: stop at once, quietly
     signal.signal(signal.SIGINT, signal.SIG_DFL)             # (data.run_main reports it in one line once running)
 
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
+import config  # noqa: E402
 import data  # noqa: E402
+import runsetup  # noqa: E402
+import train  # noqa: E402
+import tasks.listops  # noqa: E402
+import tasks.listops_rules  # noqa: E402
 from config import Parser, UsageError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -203,7 +210,6 @@ def listops_small_heldout():
 
 def task_of(run):
     """The task a finished run trained on, rebuilt from its metrics.json (baselines on exactly its splits)."""
-    import tasks  # noqa: F401  (registers every task)
     m = load_metrics(run)
     a = m["args"]
     return data.load_task(a["task"], cache_dir=a["cache_dir"], data_dir=a["data_dir"], tokenizer=a["tokenizer"],
@@ -225,10 +231,9 @@ def first_below(run_dirs, baselines):
 
 
 def listops_rules(task, args):
-    from tasks.listops import listops_split
-    from tasks.listops_rules import listops_baselines
-    heldout = listops_split(os.path.join(ROOT, HELDOUT, "basic_test.tsv"), None, task.block_size)
-    r = listops_baselines(task.split("train"), val=task.split("val"), test=task.split("test"), heldout=heldout)
+    heldout = tasks.listops.listops_split(os.path.join(ROOT, HELDOUT, "basic_test.tsv"), None, task.block_size)
+    r = tasks.listops_rules.listops_baselines(task.split("train"), val=task.split("val"), test=task.split("test"),
+                                              heldout=heldout)
     names = {"majority": "majority class", "top_operator": "top-level operator rule",
              "top_digits": "top-level digits rule (subtrees unknown)"}
     return ([(names[k], r["val"][k], r["test"][k]) for k in names] +
@@ -242,7 +247,6 @@ def sweep_setting(depth, most):
 def sweep_report(name, table, seeds):
     """One line a difficulty: each model's test accuracy (mean ± std over the seeds; bold where the mean is above the
     top-level digits rule) beside the two rules fitted on that setting's training trees and scored on its test trees."""
-    from tasks.listops_rules import listops_baselines
     models = [m for m, _ in LISTOPS_MODELS]
     lines = [f"**{table.title}.** Seeds {', '.join(map(str, seeds))}; test accuracy (%), mean ± standard deviation "
              "over the seeds, **bold** where the mean is above the top-level digits rule of the same test trees.",
@@ -257,7 +261,7 @@ def sweep_report(name, table, seeds):
                 if r.flags.startswith(sweep_setting(depth, most) + " ")]
         all_runs += [d for dirs in runs for d in dirs]
         task, _ = task_of(runs[0][0])
-        rules = listops_baselines(task.split("train"), test=task.split("test"))["test"]
+        rules = tasks.listops_rules.listops_baselines(task.split("train"), test=task.split("test"))["test"]
         cells = []
         for model, dirs in zip(models, runs):
             accs = [100 * load_metrics(d)["test_acc"] for d in dirs]
@@ -290,8 +294,6 @@ def state_floats(model_name, config_dict, length):
     """The floats one sequence's generation keeps between tokens after `length` tokens, measured: a model of that
     config (random weights) reads `length` tokens and its GenerationState's tensors are counted (bench.py's "state
     kept between tokens"): SimpleTRON's d_h x d_h matrices, TransJect's running sums, the KV caches of the others."""
-    import torch
-    import config
     model = config.build_model(model_name, {**config_dict, "block_size": max(length, config_dict["block_size"])})
     idx = torch.randint(1, config_dict["vocab_size"], (1, length), generator=torch.Generator().manual_seed(0))
     _, state = model.prefill(idx, capacity=length)
@@ -309,7 +311,6 @@ def recall_heldout(task, length, pairs):
         pairs_flag = [] if pairs is None else ["--recall_pairs", str(pairs)]
         subprocess.run([sys.executable, os.path.join("experiments", "heldout_recall.py"), task, "--recall_len",
                         str(length), *pairs_flag, "--n", "3000", "--seed", "2026", "--out", out], cwd=ROOT, check=True)
-    return os.path.join(out, "test.txt")
 
 
 def recall_row(model, flags, task, length, pairs, width):
@@ -407,8 +408,6 @@ def deq_grid(seeds):
     """How far n Euler steps of DiffEqFormer are from the flow of its vector field, on freshly initialised
     PTB-shaped models (4 layers, 128 wide, d_t = 8; 2 x 64 random tokens; float64): |X_n - X_ref| / |X_ref - X_0|
     with X_ref from 4,096 RK4 steps, each stage's weights W(t) made at its own t."""
-    import torch
-    import config
     import diffeqformer as D
     steps = (4, 8, 16, 64, 256, 1024)
     errors = {n: [] for n in steps}
@@ -543,7 +542,6 @@ def phase_steps(run_dir, levels=(0.5, 0.99), window=50):
 def recall_check_rows():
     """recall-check: every model of config.MODELS (one added by a fork too) at 64 tokens, 4 pairs, 64 wide; the
     row of model NAME is --rows NAME."""
-    import config
     return [Row(name, f"{RECALL_CHECK} {recall_flags(name)}") for name in config.MODELS]
 
 
@@ -704,6 +702,20 @@ def commands(name, table, seeds, data_dir, bert_dir=None):
     return out
 
 
+def check_data(cmds):
+    """The first run still to do, its flags and its data checked by train.py's own code in this process before any
+    run starts: bad input is one line, not every run failing in turn."""
+    todo = [a for d, a in cmds if "--init_from" not in a and not os.path.isfile(os.path.join(d, "metrics.json"))]
+    if todo:
+        here = os.getcwd()
+        try:
+            os.chdir(ROOT)                                   # where the runs start
+            args, _, _, _, _, config_dict = runsetup.settings(shlex.split(todo[0]))
+            train.open_task(args, config_dict, types.SimpleNamespace(on=False))
+        finally:
+            os.chdir(here)
+
+
 def run_all(cmds, jobs):
     """Run the commands not yet done, `jobs` at a time (each with cores // jobs threads). An evaluation of a
     checkpoint waits until the run that writes it has finished."""
@@ -846,7 +858,6 @@ def render(name, table, seeds, data_dir, baselines):
 
 def run_machine(dirs):
     """The machine(s) the runs were trained on, from their metrics.json (this one's where a run has none)."""
-    import config
     found = [load_metrics(d).get("machine") for d in dirs]
     return "; ".join(dict.fromkeys(m or config.machine() for m in found))
 
@@ -959,7 +970,7 @@ def main(argv=None):
     seeds = check(a)
     if a.list:
         return list_tables(a.list if a.list is not True else a.table, seeds, a.data_dir, a.bert_dir)
-    table = TABLES[a.table]
+    table, a.data_dir = TABLES[a.table], a.data_dir and os.path.abspath(a.data_dir)   # (the runs start in ROOT)
     if a.rows is not None:
         table = dataclasses.replace(table, rows=chosen_rows(a.table, table, a.rows))
     if table.compute is not None:
@@ -971,6 +982,7 @@ def main(argv=None):
     if table.prepare is not None:
         table.prepare()
     if not a.report_only:
+        check_data(cmds)
         run_all(cmds, a.jobs)
     baselines = []
     if table.baselines is not None:

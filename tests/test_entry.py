@@ -306,6 +306,10 @@ CASES = [
       for v in ("", "a", "-1", "0,0", "1,,2", "1.5", str(2**40), "0;1")],
     *[(E, f"--jobs {v}", lambda w, t, v=v: ["transfer", "--jobs", v], "--jobs") for v in ("0", "-2", "x", str(10**6))],
     (E, "--data_dir not there", lambda w, t: ["transfer", "--data_dir", t / "none"], "--data_dir"),
+    (E, "text-char without --data_dir", lambda w, t: ["text-char", "--seeds", "0"], "textfile: no text given"),
+    (E, "text-char --data_dir a binary file", lambda w, t: ["text-char", "--data_dir", w.bin], "not UTF-8 text",
+     "+work"),
+    (E, "transfer --data_dir a file", lambda w, t: ["transfer", "--data_dir", w.txt], "is not a folder"),
     (E, "--bert_dir missing", lambda w, t: ["agnews"], "--bert_dir"),
     (E, "--bert_dir a file", lambda w, t: ["agnews", "--bert_dir", w.txt], "--bert_dir"),
     (E, "--report_only without runs", lambda w, t: ["transfer", "--report_only", "--seeds", "0"],
@@ -440,6 +444,7 @@ def guarded(monkeypatch, tmp_path):
     monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(experiments, "RESULTS_MD", str(tmp_path / "results.md"))
+    monkeypatch.setattr(experiments, "ROOT", str(tmp_path))  # (where its runs start and their data is cached)
     return monkeypatch
 
 
@@ -477,6 +482,7 @@ def test_a_mistake_is_one_line_and_exit_2_before_any_work(program, name, argv, w
         guarded.undo()
         guarded.chdir(tmp_path)
         guarded.setattr(experiments, "RESULTS_MD", str(tmp_path / "results.md"))
+        guarded.setattr(experiments, "ROOT", str(tmp_path))
     status = entry(program, [str(a) for a in argv(w, tmp_path)], guarded)
     out, err = capsys.readouterr()
     check_one_line(status, err, words)
