@@ -553,9 +553,7 @@ def check_size(args, model_name, config):
         with torch.device("meta"):
             p1, p2 = (sum(p.numel() for p in build_model(model_name, {**config, "n_layer": n}).parameters())
                       for n in (1, 2))
-    except UsageError:
-        return                                               # (said again, in full, when the model is built)
-    except RuntimeError:                                     # (an init that reads a value: DiffEqFormer's)
+    except (RuntimeError, UsageError):                       # (an init that reads a value: DiffEqFormer's)
         p1 = p2 = 0
     floats = (p1 + (L - 1) * (p2 - p1)) * (1 if args.eval_only else 4) + args.batch_size * T * d * (
         1 if args.eval_only else L)

@@ -59,13 +59,14 @@ def check_run_record(ckpt, out_dir):
         check_config(ckpt["model_name"], ckpt["config"])
     except UsageError as e:
         raise UsageError(f"{out_dir}/ckpt.pt: {e}") from None
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    finite = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    number = lambda v: finite(v) and v >= 0
     best = ckpt.get("best")
     fine = {"time": number, "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
-            "gate_start": lambda v: isinstance(v, dict) and all(number(abs(x)) for x in v.values()),
+            "gate_start": lambda v: isinstance(v, dict) and all(map(finite, v.values())),
             "best": lambda v: v is None or isinstance(v, dict) and isinstance(v.get("step"), int)
             and 0 <= v["step"] <= ckpt["iter"] and len(v) == 2 and number(v.get("val_loss", v.get("val_acc")))}
-    bad = next((k for k, test in fine.items() if k in ckpt and not _holds(test, ckpt[k])), None)
+    bad = next((k for k, test in fine.items() if k in ckpt and not test(ckpt[k])), None)
     if bad:
         raise UsageError(f"{out_dir}/ckpt.pt: its record {bad!r} is damaged ({data.one_line(repr(ckpt[bad]), 60)}); "
                          "start a new run, or --init_from it in another --out_dir")
@@ -80,13 +81,6 @@ def check_run_record(ckpt, out_dir):
     if other["model_name"] != ckpt["model_name"] or other["config"] != ckpt["config"]:
         raise UsageError(f"{path} holds a {other['model_name']} model of other settings, not this "
                          f"{ckpt['model_name']} run's: move it out of {out_dir}, then --resume again")
-
-
-def _holds(test, value):
-    try:
-        return bool(test(value))
-    except (TypeError, AttributeError):
-        return False
 
 
 def inherit_from(args, given):
