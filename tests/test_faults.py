@@ -404,13 +404,16 @@ def test_a_lost_best_pt_is_forgotten_and_another_runs_refused(lra, tmp_path, mon
     common = ["--data_dir", lra, *TINY, "--eval_interval", "2"]
     run(*common, "--max_iters", "2", "--out_dir", tmp_path / "o")              # best.pt: step 2
     run(*common, "--max_iters", "2", "--out_dir", tmp_path / "other", "--n_embd", "8")
-    os.replace(tmp_path / "other" / "best.pt", tmp_path / "o" / "best.pt")
-    with monkeypatch.context() as m:
-        m.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
-        with pytest.raises(train.UsageError) as e:
-            run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
-    one_line(e, f"{tmp_path / 'o' / 'best.pt'} holds a simpletron model of other settings, not this simpletron run's: "
-                f"move it out of {tmp_path / 'o'}, then --resume again")
+    edit_ckpt(tmp_path / "o" / "best.pt", model_name="softmax")                # the same settings, another model
+    os.replace(tmp_path / "other" / "best.pt", tmp_path / "other.pt")         # the same model, other settings
+    for other, name in ((tmp_path / "o" / "best.pt", "softmax"), (tmp_path / "other.pt", "simpletron")):
+        os.replace(other, tmp_path / "o" / "best.pt")
+        with monkeypatch.context() as m:
+            m.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+            with pytest.raises(train.UsageError) as e:
+                run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
+        one_line(e, f"{tmp_path / 'o' / 'best.pt'} holds a {name} model of other settings, not this simpletron "
+                    f"run's: move it out of {tmp_path / 'o'}, then --resume again")
     os.remove(tmp_path / "o" / "best.pt")
     fake_val(monkeypatch, [0.1], "acc")                        # worse than step 2's, which is forgotten
     m = run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")

@@ -113,6 +113,22 @@ def test_copy_and_induction_examples_keep_the_definition():
     assert set(first) == set(range(10))                                   # the first trigger at 0 .. length-3
 
 
+def test_each_generator_at_its_smallest_setting_and_one_below():
+    """The bounds of each definition: mqar 4P tokens and a vocabulary of 2P + 2, copy 2T + 1 tokens and 4 ids,
+    induction 3 tokens and 3 ids, where the one example is worked by hand: [1, 2, 1] -> 2."""
+    x, y = recall.induction(5, 3, 3, seed=0)
+    assert x.tolist() == [[1, 2, 1]] * 5 and y.tolist() == [[-1, -1, 2]] * 5
+    x, y = recall.mqar(20, 8, 2, 6, seed=0)
+    assert all(mqar_problem(xi, yi, 2, 6) is None for xi, yi in zip(x, y))
+    x, y = recall.selective_copy(20, 7, 3, 4, seed=0)
+    assert all(copy_problem(xi, yi, 3) is None for xi, yi in zip(x, y))
+    for make in (lambda: recall.induction(5, 2, 3), lambda: recall.induction(5, 3, 2),
+                 lambda: recall.mqar(5, 7, 2, 6), lambda: recall.mqar(5, 8, 2, 5),
+                 lambda: recall.selective_copy(5, 6, 3, 4), lambda: recall.selective_copy(5, 7, 3, 3)):
+        with pytest.raises(ValueError):
+            make()
+
+
 def test_the_same_seed_gives_the_same_data():
     for make in (lambda s: recall.mqar(50, 32, 3, 20, seed=s), lambda s: recall.selective_copy(50, 20, 4, 10, s),
                  lambda s: recall.induction(50, 20, 10, s)):
