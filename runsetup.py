@@ -79,7 +79,7 @@ def check_run_record(ckpt, out_dir):
         return
     other = load_checkpoint(path)
     if other["model_name"] != ckpt["model_name"] or other["config"] != ckpt["config"]:
-        raise UsageError(f"{path} holds a {other['model_name']} model of other settings, not this "
+        raise UsageError(f"{path} holds another run's weights (a {other['model_name']} model), not this "
                          f"{ckpt['model_name']} run's: move it out of {out_dir}, then --resume again")
 
 

@@ -412,8 +412,8 @@ def test_a_lost_best_pt_is_forgotten_and_another_runs_refused(lra, tmp_path, mon
             m.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
             with pytest.raises(train.UsageError) as e:
                 run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
-        one_line(e, f"{tmp_path / 'o' / 'best.pt'} holds a {name} model of other settings, not this simpletron "
-                    f"run's: move it out of {tmp_path / 'o'}, then --resume again")
+        one_line(e, f"{tmp_path / 'o' / 'best.pt'} holds another run's weights (a {name} model), not this "
+                    f"simpletron run's: move it out of {tmp_path / 'o'}, then --resume again")
     os.remove(tmp_path / "o" / "best.pt")
     fake_val(monkeypatch, [0.1], "acc")                        # worse than step 2's, which is forgotten
     m = run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
