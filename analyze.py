@@ -64,7 +64,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import curves  # noqa: E402
 import data    # noqa: E402
 import tasks   # noqa: E402  (registers every task)
-from config import Parser, UsageError, check_value, load_checkpoint, model_of_checkpoint  # noqa: E402
+from config import TASK_FLAGS, Parser, UsageError, check_value, load_checkpoint, model_of_checkpoint  # noqa: E402
 
 
 @contextlib.contextmanager
@@ -369,7 +369,7 @@ def layer_states(model, idx):
 def task_of(ckpt):
     a = ckpt.get("args", {})
     kw = dict(cache_dir=a.get("cache_dir", "data"), data_dir=a.get("data_dir"), seed=a.get("seed", 0),
-              tokenizer=a.get("tokenizer", "gpt2"))
+              tokenizer=a.get("tokenizer", "gpt2"), **{k: a[k] for k in TASK_FLAGS if k in a})
     if "block_size" in ckpt["config"]:
         kw["block_size"] = ckpt["config"]["block_size"]
     return data.load_task(a.get("task", "listops"), **kw)

@@ -231,12 +231,10 @@ def nanogpt_configs(args, device, lengths, nano):
     ours = build_model("softmax", dict(MODELS["softmax"][1], vocab_size=c["vocab"], block_size=c["block_size"],
                                        n_layer=c["n_layer"], n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0,
                                        bias=c["bias"], head="lm", norm="pre"))
-    pair = [("softmax", ours.to(device))]
-    if nano is not None:                                     # (load_nanogpt: nanoGPT's model, built)
-        pair.append(("nanogpt", nano.to(device)))
+    pair = [("softmax", ours)] + [("nanogpt", nano)] * (nano is not None)   # (load_nanogpt: nanoGPT's model, built)
     return [({"model": name, "length": c["block_size"], "mode": "train", "batch": c["batch"], "config": "nanogpt-cpu",
               "params": sum(p.numel() for p in model.parameters())},
-             make_steps(model, c["batch"], c["block_size"], c["vocab"], "lm", device, args.dtype), "train")
+             make_steps(model.to(device), c["batch"], c["block_size"], c["vocab"], "lm", device, args.dtype), "train")
             for name, model in pair]
 
 
@@ -272,9 +270,10 @@ def check_sizes(args, device, models, lengths):
             raise UsageError(f"--lengths {lengths[-1]:,}: {m}'s training step there needs about "
                              f"{need / 2 ** 30:,.0f} GiB and {free / 2 ** 30:,.0f} GiB are free here: use lengths "
                              f"up to about {fits[-1] if fits else 0:,} (or a smaller --batch or model)")
+    seconds += args.repeats * 2 * matmul_size(device) ** 3 * 20 / rate     # each round's matmul_rate (20 products)
     if seconds > 60 * args.max_minutes:
-        raise UsageError(f"this benchmark would take about {seconds / 60:,.0f} minutes here (--max_minutes "
-                         f"{args.max_minutes:g}): use shorter --lengths, fewer --models or --repeats")
+        raise UsageError(f"this benchmark would take about {seconds / 60:,.{0 if seconds >= 60 else 2}f} minutes here "
+                         f"(--max_minutes {args.max_minutes:g}): use shorter --lengths, fewer --models or --repeats")
 
 
 def time_configs(configs, args, device):
@@ -963,7 +962,9 @@ def read_lists(args, device):
         (args.generate and not set(models) & set(MODELS), f"--generate times whole models ({', '.join(MODELS)}), "
                                                           "and --models names none"),
         (args.infer_only and args.checkpointing, "--checkpointing recomputes blocks in the backward pass, which "
-                                                 "--infer_only does not run: give one of them")) if c), None)
+                                                 "--infer_only does not run: give one of them"),
+        (args.infer_only and args.compare_only, "--compare_only times training steps, which --infer_only leaves "
+                                                "out: give one of them")) if c), None)
     if clash:
         raise UsageError(clash)
     nano = load_nanogpt(args.nanogpt) if args.nanogpt else None
@@ -981,8 +982,7 @@ def main(argv=None):
     device = pick_device(args.device)
     models, lengths, nano = read_lists(args, device)
     threads = torch.get_num_threads()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or threads)
     try:
         check_sizes(args, device, models, lengths if not (args.loop or args.wall) else [])
         os.makedirs(args.out, exist_ok=True)

@@ -235,6 +235,9 @@ DEFAULTS = {name: default for name, _, default, _ in FLAGS}
 LISTOPS_FLAGS = ("listops_depth", "listops_args", "listops_len", "listops_sizes")
 RECALL_FLAGS = ("recall_len", "recall_pairs", "recall_vocab", "recall_sizes")
 TASK_FLAGS = LISTOPS_FLAGS + RECALL_FLAGS          # the generated tasks' own flags, passed to every task's loader
+# those a task's --data_dir files make moot (the examples' number, shape and draw)
+MOOT_WITH_FILES = {"listops": ("listops_depth", "listops_args", "listops_sizes"),
+                   **dict.fromkeys(("mqar", "copy", "induction"), ("recall_pairs", "recall_sizes"))}
 # Config fields a model keeps for the common interface but does not use: no flags of that model
 UNUSED_FIELDS = {"transject": {"n_head": "TransJect has no attention heads (its --n_experts take their place)"}}
 
@@ -512,6 +515,9 @@ def check_args(args):
             raise UsageError(f"--{flag} {getattr(args, flag)}: {path} {kind}")
     if args.eval_only and not args.init_from:
         raise UsageError("--eval_only needs --init_from CKPT, the checkpoint to evaluate")
+    if args.lora_alpha is not None and not args.lora_rank:
+        raise UsageError(f"--lora_alpha {args.lora_alpha:g} scales LoRA adapters, and there are none without "
+                         "--lora_rank r: give both, or neither")
     if (args.steps is not None or args.lora_rank) and not (args.init_from or args.resume):
         raise UsageError("--steps N [--lora_rank r] needs --init_from CKPT, a checkpoint of the DiffEqFormer ODE")
     if args.transfer_from and args.model != "softmax":

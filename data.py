@@ -50,6 +50,7 @@ and what to do (docs/tasks.md).
 import argparse
 import contextlib
 import csv
+import errno
 import hashlib
 import inspect
 import json
@@ -639,6 +640,8 @@ MANIFEST = "manifest.json"
 def file_stamp(path):
     """What changes whenever a file's bytes may have: [size, modification time, status-change time, inode]."""
     st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):                         # (a FIFO's checksum would wait for a writer)
+        raise OSError(errno.EINVAL, "not a regular file", path)
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 

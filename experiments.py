@@ -335,7 +335,7 @@ def recall_cells(name, table, seeds):
     out = []
     for row in table.rows:
         ms = [load_metrics(run_dir(name, row, s)) for s in seeds]
-        hs = [load_metrics(eval_dir(name, row, row.evals[0][0], s)) for s in seeds] if row.evals else []
+        hs = [load_metrics(run_dir(name, row, s, row.evals[0][0])) for s in seeds] if row.evals else []
         a, c = ms[0]["args"], ms[0]["config"]
         out.append((row.name.split(" d")[0], a["task"], c["block_size"], a.get("recall_pairs"), c["n_embd"],
                     state_floats(ms[0]["model"], c, c["block_size"]), [100 * m["test_acc"] for m in ms],
@@ -679,12 +679,9 @@ def slug(name):
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")[:40]
 
 
-def run_dir(table, row, seed):
-    return os.path.join("out", "exp", table, f"{slug(row.name)}-s{seed}")
-
-
-def eval_dir(table, row, label, seed):
-    return os.path.join("out", "exp", table, f"{slug(row.name)}-{slug(label)}-s{seed}")
+def run_dir(table, row, seed, label=None):
+    """A row's run folder, or with the label of one of its evaluations, that evaluation's."""
+    return os.path.join("out", "exp", table, f"{slug(row.name)}{'-' + slug(label) if label else ''}-s{seed}")
 
 
 def commands(name, table, seeds, data_dir, bert_dir=None):
@@ -697,8 +694,8 @@ def commands(name, table, seeds, data_dir, bert_dir=None):
             flags = row.flags.replace("{BERT}", shlex.quote(bert_dir or "BERT_DIR")).replace("{SEED}", str(seed))
             out.append((d, f"{table.common} {flags}{extra} --seed {seed} --out_dir {d}"))
             for label, flags in row.evals:
-                out.append((eval_dir(name, row, label, seed),
-                            f"--init_from {d}/ckpt.pt {flags} --seed {seed} --out_dir {eval_dir(name, row, label, seed)}"))
+                e = run_dir(name, row, seed, label)
+                out.append((e, f"--init_from {d}/ckpt.pt {flags} --seed {seed} --out_dir {e}"))
     return out
 
 
@@ -782,8 +779,12 @@ def load_metrics(d):
                          "--report_only")
     with data.reading(path, "is damaged", f"; delete {d} and run its table again"), open(path) as f:
         m = json.load(f)
-    if not isinstance(m, dict):
-        raise UsageError(f"{path} is not the metrics.json of a train.py run; delete {d} and run its table again")
+    best = m.get("best") if isinstance(m, dict) and isinstance(m.get("best"), dict) else {}
+    bad = "it is no JSON object" if not isinstance(m, dict) else next((f"its {k} is no number" for k, v in [
+        *m.items(), *best.items()] if (k.startswith(("val_", "test_", "n_")) or k in ("iters", "seconds",
+        "train_seconds", "tokens_per_s")) and type(v) not in (int, float)), None)
+    if bad:
+        raise UsageError(f"{path} is not the metrics.json of a train.py run ({bad}); delete {d} and run its table again")
     return Metrics(path, m)
 
 
@@ -832,7 +833,7 @@ def render(name, table, seeds, data_dir, baselines):
                      mean_std([scale * m[f"test_{key}"] for m in ms if f"test_{key}" in m], digits), gate_cell(ms),
                      table.column[1]([run_dir(name, row, s) for s in seeds], baselines) if table.column else ""))
         for label, flags in row.evals:
-            es = [load_metrics(eval_dir(name, row, label, s)) for s in seeds]
+            es = [load_metrics(run_dir(name, row, s, label)) for s in seeds]
             rows.append((f"↳ {label}", flags, "", mean_std([scale * m[f"val_{key}"] for m in es if f"val_{key}" in m],
                                                             digits),
                          mean_std([scale * m[f"test_{key}"] for m in es], digits), "", ""))
@@ -946,10 +947,8 @@ def check(a):
                              f"{os.path.join(missing[0], 'metrics.json')}): run python experiments.py {name} "
                              f"--seeds {a.seeds} first")
         for d, argv in cmds:                                 # train.py's, with what every table reads (an
-            keys = ("test_loss",) if "--init_from" in argv else ("val_loss", "n_params")     # evaluation: its test)
-            if not all(isinstance(load_metrics(d).get(k), (int, float)) for k in keys):
-                raise UsageError(f"{d}/metrics.json has no {' or '.join(keys)}: not a train.py run's; delete {d} "
-                                 "and run its table again")
+            for k in ("test_loss",) if "--init_from" in argv else ("val_loss", "n_params"):   # evaluation: its test)
+                load_metrics(d)[k]                           # (Metrics: one line naming what is missing)
     return [int(s) for s in seeds]
 
 

@@ -14,8 +14,8 @@ import torch
 import bert
 import data
 import simpletron
-from config import (TASK_FLAGS, MODELS, UsageError, build_model, check_args, check_config, check_size,
-                    load_checkpoint, parse_args, pick_device, resolve)
+from config import (MOOT_WITH_FILES, TASK_FLAGS, MODELS, UsageError, build_model, check_args, check_config,
+                    check_size, load_checkpoint, parse_args, pick_device, resolve)
 
 
 def settings(argv, description=None):
@@ -23,7 +23,8 @@ def settings(argv, description=None):
     resumed run's > the --init_from checkpoint's > the preset > the defaults. Returns (args, batch_given, the
     --init_from checkpoint, the --resume checkpoint, BERT's weights, the model's settings)."""
     args, given, config_names = parse_args(argv, description)
-    batch_given = "batch_size" in given
+    typed = set(given)                                       # on the command line (a checkpoint's fill the rest)
+    batch_given = "batch_size" in typed
     ckpt = resume_state(args, given)                         # --resume: the run's own flags
     source = None if ckpt else inherit_from(args, given)     # --init_from: its model, its task unless given
     pretrained = None
@@ -38,6 +39,10 @@ def settings(argv, description=None):
         args.out_dir = os.path.relpath(source_dir + ("-eval" if args.eval_only else "-finetune"))
     args.out_dir = os.path.join("out", f"{args.model}-{args.task}") if args.out_dir is None else args.out_dir
     check_args(args)                                         # every flag, before any data is read
+    moot = next((k for k in MOOT_WITH_FILES.get(args.task, ()) if k in typed), None) if args.data_dir else None
+    if moot:
+        raise UsageError(f"--{moot} {getattr(args, moot)}: it sets the generated {args.task} examples, and --data_dir's "
+                         "files are read instead; leave out one of them")
     args.device = pick_device(args.device)
     # the model's settings: a resumed run's, the --init_from checkpoint's with the fields given, or new
     if ckpt is not None:                                     # (resume_state refused any field it cannot change)
@@ -62,7 +67,8 @@ def check_run_record(ckpt, out_dir):
     finite = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     number = lambda v: finite(v) and v >= 0
     best = ckpt.get("best")
-    fine = {"time": number, "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+    fine = {"iter": lambda v: not isinstance(ckpt["args"].get("max_iters"), int) or v <= ckpt["args"]["max_iters"],
+            "time": number, "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
             "gate_start": lambda v: isinstance(v, dict) and all(map(finite, v.values())),
             "best": lambda v: v is None or isinstance(v, dict) and isinstance(v.get("step"), int)
             and 0 <= v["step"] <= ckpt["iter"] and len(v) == 2 and number(v.get("val_loss", v.get("val_acc")))}
@@ -217,6 +223,8 @@ def load_weights(model, state, path):
     except (RuntimeError, TypeError, ValueError) as e:
         first = [line.strip() for line in str(e).splitlines() if line.strip()][:2]   # torch: a title, then the first
         raise UsageError(f"{path}: its weights do not fit the model ({data.one_line(' '.join(first), 200)})") from None
+    if not all(w.isfinite().all() for w in model.state_dict().values() if w.is_floating_point()):
+        raise UsageError(f"{path}: a weight is not finite (nan or inf); use another checkpoint")
 
 
 def rescale_batch(ckpt, dist, args):

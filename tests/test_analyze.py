@@ -663,3 +663,15 @@ def test_the_cluster_command_runs_the_ode_it_is_given(tmp_path, capsys, monkeypa
     assert (tmp_path / "cluster.png").exists() and "g(t) =   1 + t^2:  2 clusters" in capsys.readouterr().out
     clusters, spread = [ax.get_position() for ax in figures[0].axes if ax.name != "3d"]
     assert clusters.x0 < clusters.x1 < spread.x0 and clusters.width == pytest.approx(spread.width)
+
+
+def test_the_task_of_a_checkpoint_is_rebuilt_with_its_generators_settings(tmp_path):
+    """A generated run (MQAR at 16 tokens, 2 pairs, vocabulary 16; ListOps of a setting of its own) is analysed on
+    its own examples, not the task's defaults (a block of 16 was refused against the default 64 tokens)."""
+    base = {"cache_dir": str(tmp_path), "seed": 0, "tokenizer": None}
+    mqar = analyze.task_of({"args": {**base, "task": "mqar", "recall_len": 16, "recall_pairs": 2, "recall_vocab": 16,
+                                     "recall_sizes": "8,4,4"}, "config": {"block_size": 16}})
+    assert mqar.vocab_size == 16 and mqar.block_size == 16 and len(mqar.split("val")) == 4
+    listops = analyze.task_of({"args": {**base, "task": "listops", "listops_depth": 3, "listops_args": "2,3",
+                                        "listops_len": "5,20", "listops_sizes": "6,3,3"}, "config": {}})
+    assert len(listops.split("test")) == 3 and listops.block_size == 20

@@ -150,7 +150,10 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
     (["--generate", "--lengths", "", "--models", "simple_attention,softmax_attention"],
      "--generate times whole models (simpletron, softmax, transject, diffeqformer), and --models names none"),
     (["--infer_only", "--checkpointing"], "--checkpointing recomputes blocks in the backward pass, which --infer_only "
-                                          "does not run")])
+                                          "does not run"),
+    (["--compare_only", "--infer_only"], "--compare_only times training steps, which --infer_only leaves out"),
+    (["--models", "softmax", "--lengths", "16", "--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--repeats",
+      str(10**7)], "this benchmark would take about")])             # each round's matmul rate: ~0.1 s here
 def test_nothing_runs_on_an_empty_list_or_a_size_beyond_the_machine(argv, words, tmp_path):
     with pytest.raises(bench.UsageError) as e:
         bench.main([*argv, "--out", str(tmp_path / "out"), "--device", "cpu"])   # the CPU's memory, on any machine

@@ -238,6 +238,19 @@ def test_a_manifest_that_is_a_fifo_or_a_folder_is_built_again_not_waited_on(tmp_
         assert capsys.readouterr().out.count("building it again") == 1
 
 
+def test_a_fifo_named_by_a_forged_manifest_is_built_again_not_waited_on(tmp_path, capsys):
+    kw = KINDS["textfile"][1](tmp_path, None)
+    before = content(load("textfile", kw, tmp_path / "c"))
+    (folder,) = cached_folders(tmp_path / "c")
+    os.mkfifo(os.path.join(folder, "p"))
+    manifest = json.loads(open(os.path.join(folder, data.MANIFEST)).read())
+    manifest["files"]["p"] = {"size": 0, "crc32": 0, "stamp": [0, 0, 0, 0]}       # a stamp of its own: read it
+    data.save_json(os.path.join(folder, data.MANIFEST), manifest)
+    assert data.cache_problem(folder) == "has no readable p (not a regular file)"
+    assert content(load("textfile", kw, tmp_path / "c")) == before
+    assert capsys.readouterr().out.count("building it again") == 1
+
+
 @pytest.mark.parametrize("forge", ["id 16", "id -1", "target 16", "target -2", "float", "rows", "one axis"])
 def test_a_recall_cache_of_other_examples_under_a_consistent_manifest_is_refused(forge, tmp_path):
     """A forger who rewrites an array and its manifest passes the checksums: the ids and shapes are checked too."""

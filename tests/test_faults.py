@@ -390,11 +390,17 @@ def edit_ckpt(path, **change):
     (dict(time=-1.0), "its record 'time' is damaged (-1.0)"),
     (dict(gate_start={"a": "x"}), "its record 'gate_start' is damaged"),
     (dict(config=lambda c: {**c["config"], "n_head": 3}), "ckpt.pt: bad model settings: n_embd (16) must be a "),
+    (dict(iter=10**12), "its record 'iter' is damaged (1000000000000)"),          # past the run's --max_iters 2
+    (dict(iter=3), "its record 'iter' is damaged (3)"),
+    (dict(model=lambda c: {k: v.clone().fill_(float("nan")) if k.endswith("qkv.weight") else v
+                           for k, v in c["model"].items()}), "ckpt.pt: a weight is not finite (nan or inf)"),
 ])
 def test_a_damaged_record_in_ckpt_pt_is_refused_before_any_data(lra, tmp_path, monkeypatch, change, words):
     run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "o")
     edit_ckpt(tmp_path / "o" / "ckpt.pt", **change)
-    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    if "not finite" not in words:                               # (the weights: checked when the model is built)
+        monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    monkeypatch.setattr(train, "train_session", lambda *a: pytest.fail("a step was taken"))
     with pytest.raises(train.UsageError) as e:
         run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
     one_line(e, f"{tmp_path / 'o' / 'ckpt.pt'}: ", words)

@@ -12,6 +12,7 @@ import config
 import data
 import runsetup
 import train
+from tasks import recall
 from test_faults import one_line
 from test_train import TINY, run, write_listops
 
@@ -159,3 +160,41 @@ def test_the_memory_bound_is_the_weights_with_adam_and_a_float_per_position_widt
                 config.check_size(args, "simpletron", shape)
         else:
             config.check_size(args, "simpletron", shape)
+
+
+@pytest.mark.parametrize("flags, shown", [
+    (["--listops_sizes", "9,9,9"], "--listops_sizes 9,9,9: it sets the generated listops examples, and --data_dir's "
+                                   "files are read instead; leave out one of them"),
+    (["--listops_depth", "4"], "--listops_depth 4: it sets the generated listops examples"),
+    (["--listops_args", "2,4"], "--listops_args 2,4: it sets the generated listops examples"),
+    (["--lora_alpha", "4"], "--lora_alpha 4 scales LoRA adapters, and there are none without --lora_rank r: give "
+                            "both, or neither"),
+])
+def test_a_flag_that_would_be_ignored_is_refused_before_any_data(lra, no_data, tmp_path, flags, shown):
+    with pytest.raises(config.UsageError) as e:
+        run("--data_dir", lra, *TINY, *flags, "--out_dir", tmp_path / "o")
+    one_line(e, shown)
+
+
+def test_a_recall_files_flags_are_refused_but_a_checkpoints_are_not(tmp_path, no_data):
+    """--recall_pairs and --recall_sizes given with --data_dir's files are refused; the same values inherited from
+    an --init_from checkpoint (trained on generated examples) are not."""
+    for flag, value in (("--recall_pairs", "2"), ("--recall_sizes", "8,4,4")):
+        with pytest.raises(config.UsageError) as e:
+            run("--task", "mqar", "--data_dir", tmp_path, flag, value, *TINY, "--out_dir", tmp_path / "o")
+        one_line(e, f"{flag} {value}: it sets the generated mqar examples, and --data_dir's files are read instead")
+    with pytest.raises(config.UsageError):                   # (the refusal: before the data is read)
+        run("--task", "mqar", "--data_dir", tmp_path, "--recall_pairs", "2", "--init_from", "x.pt")
+    args = runsetup.settings(["--task", "mqar", "--recall_pairs", "2", "--out_dir", str(tmp_path / "o")])[0]
+    assert args.recall_pairs == 2                            # (no --data_dir: the generator's)
+
+
+def test_an_evaluation_on_files_keeps_the_generated_runs_settings(tmp_path):
+    setting = ["--recall_len", "16", "--recall_pairs", "2", "--recall_vocab", "16"]
+    run("--task", "mqar", *setting, "--recall_sizes", "16,8,8", *TINY, "--max_iters", "1", "--cache_dir",
+        tmp_path / "c", "--out_dir", tmp_path / "o")
+    files = tmp_path / "files"
+    files.mkdir()
+    recall.write_examples(str(files / "test.txt"), *recall.mqar(8, 16, 2, 16, seed=5))
+    m = run("--init_from", tmp_path / "o" / "ckpt.pt", "--eval_only", "--data_dir", files, "--out_dir", tmp_path / "e")
+    assert m["n_test"] == 8 and m["args"]["recall_pairs"] == 2 and m["args"]["data_dir"] == str(files)

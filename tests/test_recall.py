@@ -335,7 +335,7 @@ def test_the_recall_report_reads_every_run_and_draws_the_figure(tmp_path, monkey
             m = {"model": ["softmax", "simpletron"][i], "config": c, "args": {"task": "mqar", "recall_pairs": 4},
                  "test_acc": 0.5 + 0.1 * s + 0.3 * i, "test_acc_example": 0.1 * s, "seconds": 360, "machine": "M"}
             for d, value in ((experiments.run_dir("recall", row, s), m),
-                             (experiments.eval_dir("recall", row, row.evals[0][0], s), {**m, "test_acc": 0.25})):
+                             (experiments.run_dir("recall", row, s, row.evals[0][0]), {**m, "test_acc": 0.25})):
                 os.makedirs(d)
                 with open(os.path.join(d, "metrics.json"), "w") as f:
                     json.dump(value, f)
@@ -398,7 +398,7 @@ def test_report_only_reads_an_evaluation_that_has_a_test_split_only(tmp_path, mo
          "attention": "softmax", "variant": "vanilla", "norm": "pre"}
     m = {"model": "softmax", "config": c, "args": {"task": "mqar", "recall_pairs": 4}, "test_acc": 0.5,
          "test_acc_example": 0.25, "test_loss": 1.0, "seconds": 60, "machine": "M"}
-    run, held = experiments.run_dir("recall", row, 0), experiments.eval_dir("recall", row, row.evals[0][0], 0)
+    run, held = experiments.run_dir("recall", row, 0), experiments.run_dir("recall", row, 0, row.evals[0][0])
     for d, value in ((run, {**m, "val_loss": 1.0, "n_params": 10}), (held, m)):   # an evaluation: test only
         os.makedirs(d)
         with open(os.path.join(d, "metrics.json"), "w") as f:
@@ -409,5 +409,5 @@ def test_report_only_reads_an_evaluation_that_has_a_test_split_only(tmp_path, mo
     assert "| mqar | 64 | 4 | 32 | GPT | 8,192 | 50.00 ± 0.00 |" in (tmp_path / "recall.md").read_text()
     with open(os.path.join(held, "metrics.json"), "w") as f:
         json.dump({k: v for k, v in m.items() if k != "test_loss"}, f)
-    with pytest.raises(experiments.UsageError, match="has no test_loss"):
+    with pytest.raises(experiments.UsageError, match="has no 'test_loss'"):
         experiments.main(["recall", "--report_only", "--seeds", "0"])
