@@ -153,6 +153,9 @@ def resume_state(args, given):
     for k, v in ckpt["args"].items():
         if k not in given:
             setattr(args, k, v)
+    if isinstance(args.max_iters, int) and args.max_iters < ckpt["iter"]:
+        raise UsageError(f"--max_iters {args.max_iters}: {args.out_dir} is at step {ckpt['iter']} already; give more "
+                         f"steps to train on, or --init_from {args.out_dir}/ckpt.pt --eval_only to evaluate it")
     given |= set(ckpt["args"])
     return ckpt
 

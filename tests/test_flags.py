@@ -198,3 +198,11 @@ def test_an_evaluation_on_files_keeps_the_generated_runs_settings(tmp_path):
     recall.write_examples(str(files / "test.txt"), *recall.mqar(8, 16, 2, 16, seed=5))
     m = run("--init_from", tmp_path / "o" / "ckpt.pt", "--eval_only", "--data_dir", files, "--out_dir", tmp_path / "e")
     assert m["n_test"] == 8 and m["args"]["recall_pairs"] == 2 and m["args"]["data_dir"] == str(files)
+
+
+def test_resume_with_fewer_steps_than_the_run_has_taken_is_refused(done, no_data, capsys):
+    """(Else it evaluated again, rewrote metrics.json, and recorded a --max_iters below its step in ckpt.pt.)"""
+    with pytest.raises(config.UsageError) as e:
+        run("--resume", "--out_dir", done, "--max_iters", "1")
+    one_line(e, f"--max_iters 1: {done} is at step 2 already; give more steps to train on, or --init_from "
+                f"{done}/ckpt.pt --eval_only to evaluate it")
