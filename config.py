@@ -609,10 +609,16 @@ def model_of_checkpoint(ckpt, path):
     model and finite; otherwise one UsageError naming PATH."""
     check_config(ckpt["model_name"], ckpt["config"])       # every value within its limits
     model = build_model(ckpt["model_name"], ckpt["config"])
+    load_weights(model, ckpt["model"], path)
+    return model
+
+
+def load_weights(model, state, path):
+    """The weights `state` into the model, fitting it and finite; otherwise one UsageError naming PATH."""
     try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as e:
-        raise UsageError(f"{path}: the weights do not fit the model ({str(e).splitlines()[0]})") from None
+        model.load_state_dict(state)
+    except (RuntimeError, TypeError, ValueError) as e:
+        first = [line.strip() for line in str(e).splitlines() if line.strip()][:2]   # torch: a title, then the first
+        raise UsageError(f"{path}: its weights do not fit the model ({data.one_line(' '.join(first), 200)})") from None
     if not all(w.isfinite().all() for w in model.state_dict().values() if w.is_floating_point()):
         raise UsageError(f"{path}: a weight is not finite (nan or inf); use another checkpoint")
-    return model

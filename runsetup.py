@@ -15,7 +15,7 @@ import bert
 import data
 import simpletron
 from config import (MOOT_WITH_FILES, TASK_FLAGS, MODELS, UsageError, build_model, check_args, check_config,
-                    check_size, load_checkpoint, parse_args, pick_device, resolve)
+                    check_size, load_checkpoint, load_weights, parse_args, pick_device, resolve)
 
 
 def settings(argv, description=None):
@@ -218,16 +218,6 @@ def discretised(model, args, source):
     print(f"{'evaluating' if args.eval_only else 'fine-tuning'} the discretisation on {args.steps} Euler steps"
           f"{f' with LoRA rank {args.lora_rank}' * bool(args.lora_rank)}: {trainable / 1e6:.2f}M trainable parameters")
     return model
-
-
-def load_weights(model, state, path):
-    try:
-        model.load_state_dict(state)
-    except (RuntimeError, TypeError, ValueError) as e:
-        first = [line.strip() for line in str(e).splitlines() if line.strip()][:2]   # torch: a title, then the first
-        raise UsageError(f"{path}: its weights do not fit the model ({data.one_line(' '.join(first), 200)})") from None
-    if not all(w.isfinite().all() for w in model.state_dict().values() if w.is_floating_point()):
-        raise UsageError(f"{path}: a weight is not finite (nan or inf); use another checkpoint")
 
 
 def rescale_batch(ckpt, dist, args):
