@@ -747,3 +747,16 @@ def test_random_batches_of_a_mapped_file_do_not_keep_its_pages(tmp_path):
     w, y = stream._windows(np.array([0, 18_998_999]))
     s = np.load(tmp_path / "s.npy")
     assert (w.numpy() == np.stack([s[:1000], s[18_998_999:18_999_999]])).all() and (y[1, -1] == s[18_999_999])
+
+
+@pytest.mark.parametrize("position", [0, 1, 998, 999])
+def test_an_id_outside_the_vocabulary_is_found_at_either_end_of_a_bin(position, tmp_path):
+    ids = np.ones(1000, np.uint16)
+    ids[position] = 50257
+    ids.tofile(tmp_path / "train.bin")
+    with pytest.raises(data.DataError) as e:
+        lm.check_ids(str(tmp_path / "train.bin"), np.uint16, 50257, "GPT-2's ids", str(tmp_path / "checked"))
+    assert str(e.value) == f"{tmp_path / 'train.bin'} holds id 50257 (at position {position:,}), outside GPT-2's ids"
+    ids[position] = 50256                                    # the largest id: fine, and remembered
+    ids.tofile(tmp_path / "train.bin")
+    lm.check_ids(str(tmp_path / "train.bin"), np.uint16, 50257, "GPT-2's ids", str(tmp_path / "checked"))
