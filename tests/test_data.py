@@ -209,6 +209,24 @@ def test_pathfinder_stamps_stay_in_their_own_image():
         assert reach <= y < pathfinder.PF_N - reach and reach <= x < pathfinder.PF_N - reach
 
 
+def test_a_pathfinder_path_keeps_clear_of_its_own_dashes_but_the_newest(monkeypatch):
+    """_pf_lay marks, for the path itself, the pixels near its previous dash: each dash of a contour path is laid
+    with the one laid before it as `prev` (none for the first), never with itself (its next dash must touch it)."""
+    laid, lay = {1: [], 2: []}, pathfinder._pf_lay
+
+    def record(near, own, ink, idx, prev, bit, ink_bit):
+        if ink_bit == 1:                                     # the two contour paths, not the distractors
+            laid[int(bit)].append((idx.copy(), None if prev is None else prev.copy()))
+        lay(near, own, ink, idx, prev, bit, ink_bit)
+    monkeypatch.setattr(pathfinder, "_pf_lay", record)
+    pathfinder.pathfinder_draw(np.array([0, 1, 1, 0]), np.random.default_rng(0))
+    for dashes in laid.values():
+        assert len(dashes) == pathfinder.PF_CONTOUR and dashes[0][1] is None
+        for (before, _), (idx, prev) in zip(dashes, dashes[1:]):
+            if len(prev) == len(before):                     # (between two drops of the stuck images)
+                assert (prev == before).all() and not (prev == idx).all()
+
+
 def test_pathfinder_is_deterministic_and_varied():
     a, la = pathfinder.generate_pathfinder(40, seed=[0, 0, 3])
     b, lb = pathfinder.generate_pathfinder(40, seed=[0, 0, 3])
