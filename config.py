@@ -542,9 +542,11 @@ def check_config(model_name, config_dict, values=True):
 def check_size(args, model_name, config):
     """Before any data is read: a run that cannot fit in this machine's memory, or asks for an absurd step, refused
     in one line. The memory is a lower bound: the weights (with their gradients and Adam's two moments when
-    training), counted on the meta device at one and two layers and extrapolated (where the model can be built
+    training all of them), counted on the meta device at one and two layers and extrapolated (where the model can be built
     there), and one float per position, width and layer (evaluating: per position and width) of the batch."""
     config = dataclasses.asdict(check_config(model_name, config, values=False))
+    if args.steps is not None and "discrete" in config:      # --steps N: the ODE made N blocks of their own
+        config = {**config, "n_layer": args.steps, "discrete": True}
     T, L, d = config["block_size"], config["n_layer"], config["n_embd"]
     tokens = args.batch_size * args.grad_accum * T
     if tokens > 2**30:                                       # (GPT-3 took 3.2M tokens a step)
@@ -561,7 +563,7 @@ def check_size(args, model_name, config):
                       for n in (1, 2))
     except (RuntimeError, UsageError):                       # (an init that reads a value: DiffEqFormer's)
         p1 = p2 = 0
-    floats = (p1 + (L - 1) * (p2 - p1)) * (1 if args.eval_only else 4) + args.batch_size * T * d * (
+    floats = (p1 + (L - 1) * (p2 - p1)) * (1 if args.eval_only or args.lora_rank else 4) + args.batch_size * T * d * (
         1 if args.eval_only else L)
     if 4 * floats > have:
         raise UsageError(f"--batch_size {args.batch_size} --block_size {T} --n_layer {L} --n_embd {d}: the "

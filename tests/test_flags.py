@@ -2,11 +2,13 @@
 said in one line, one that would change the model, its shape or weights, or the task is refused in one line before
 any data is read; --init_from takes the checkpoint's model and lays the Config flags given over its settings."""
 
+import dataclasses
 import os
 import re
 import threading
 
 import pytest
+import torch
 
 import config
 import data
@@ -152,7 +154,7 @@ def test_the_memory_bound_is_the_weights_with_adam_and_a_float_per_position_widt
     weights = sum(p.numel() for p in config.build_model("simpletron", shape).parameters())
     B, T, d, L = 5, 60, 16, 3
     need = 4 * (weights + B * T * d if eval_only else 4 * weights + B * T * d * L)
-    args = type("Args", (), dict(batch_size=B, grad_accum=7, eval_only=eval_only, device="cpu"))
+    args = type("Args", (), dict(batch_size=B, grad_accum=7, eval_only=eval_only, device="cpu", steps=None, lora_rank=0))
     for have, refused in ((need, False), (need - 1, True)):
         monkeypatch.setattr(os, "sysconf", lambda name, have=have: 1 if name == "SC_PAGE_SIZE" else have)
         if refused:
@@ -206,3 +208,17 @@ def test_resume_with_fewer_steps_than_the_run_has_taken_is_refused(done, no_data
         run("--resume", "--out_dir", done, "--max_iters", "1")
     one_line(e, f"--max_iters 1: {done} is at step 2 already; give more steps to train on, or --init_from "
                 f"{done}/ckpt.pt --eval_only to evaluate it")
+
+
+def test_an_ode_made_into_too_many_blocks_is_refused_before_any_data(tmp_path, no_data, monkeypatch):
+    """--steps N makes a DiffEqFormer checkpoint N blocks of its own: their weights count (10**6 of them hung)."""
+    ckpt = tmp_path / "deq.pt"
+    model = config.build_model("diffeqformer", dict(config.MODELS["diffeqformer"][1], vocab_size=16, block_size=16,
+                                                    n_layer=2, n_embd=16, n_head=2, time_dim=4, time_freqs=4))
+    torch.save({"model_name": "diffeqformer", "config": dataclasses.asdict(model.config), "model": model.state_dict(),
+                "args": {"task": "listops", "data_dir": None, "cache_dir": "data", "tokenizer": "gpt2"}}, ckpt)
+    with pytest.raises(config.UsageError) as e:
+        run("--init_from", ckpt, "--steps", str(10**6), "--out_dir", tmp_path / "o")
+    one_line(e, "--n_layer 1000000 --n_embd 16: the training needs at least ")
+    monkeypatch.setattr(os, "sysconf", lambda name: 1 if name == "SC_PAGE_SIZE" else 2**40)
+    assert runsetup.settings(["--init_from", str(ckpt), "--steps", "4", "--out_dir", str(tmp_path / "o")])[0].steps == 4
