@@ -527,6 +527,10 @@ def check_args(args):
                          f"not --model {args.model}")
     if args.transfer_from and data.file_problem(args.transfer_from):
         raise UsageError(f"--transfer_from {args.transfer_from} {data.file_problem(args.transfer_from)}")
+    source = args.transfer_from and load_checkpoint(args.transfer_from)["model_name"]
+    if source and source != "simpletron":
+        raise UsageError(f"--transfer_from {args.transfer_from} holds a {source} model: the transfer copies a "
+                         "SimpleTRON's q/k/v (SimpleTRON's Section 4.2); give a simpletron checkpoint")
 
 
 def check_config(model_name, config_dict, values=True):
@@ -549,6 +553,9 @@ def check_size(args, model_name, config):
         config = {**config, "n_layer": args.steps, "discrete": True}
     T, L, d = config["block_size"], config["n_layer"], config["n_embd"]
     tokens = args.batch_size * args.grad_accum * T
+    if args.lora_rank > d:
+        raise UsageError(f"--lora_rank {args.lora_rank}: above the width n_embd {d} an adapter is no longer of low "
+                         "rank (nor smaller than the weight it adapts); use a rank up to it")
     if tokens > 2**30:                                       # (GPT-3 took 3.2M tokens a step)
         raise UsageError(f"--batch_size {args.batch_size} x --grad_accum {args.grad_accum} x --block_size {T} is "
                          f"{tokens:.3g} tokens a step, more than 2**30: lower --batch_size or --grad_accum")

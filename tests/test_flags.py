@@ -222,3 +222,15 @@ def test_an_ode_made_into_too_many_blocks_is_refused_before_any_data(tmp_path, n
     one_line(e, "--n_layer 1000000 --n_embd 16: the training needs at least ")
     monkeypatch.setattr(os, "sysconf", lambda name: 1 if name == "SC_PAGE_SIZE" else 2**40)
     assert runsetup.settings(["--init_from", str(ckpt), "--steps", "4", "--out_dir", str(tmp_path / "o")])[0].steps == 4
+
+
+def test_a_lora_rank_above_the_width_and_a_transfer_from_another_model_are_refused(done, tmp_path, no_data):
+    with pytest.raises(config.UsageError) as e:
+        run("--init_from", done / "ckpt.pt", "--lora_rank", "17", "--out_dir", tmp_path / "o")
+    one_line(e, "--lora_rank 17: above the width n_embd 16 an adapter is no longer of low rank")
+    softmax = tmp_path / "softmax.pt"
+    ckpt = torch.load(done / "ckpt.pt", weights_only=True)
+    torch.save({**ckpt, "model_name": "softmax", "config": {**ckpt["config"], "attention": "softmax"}}, softmax)
+    with pytest.raises(config.UsageError) as e:
+        run("--model", "softmax", "--transfer_from", softmax, "--out_dir", tmp_path / "o")
+    one_line(e, f"--transfer_from {softmax} holds a softmax model: the transfer copies a SimpleTRON's q/k/v")
