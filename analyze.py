@@ -57,8 +57,8 @@ if __name__ == "__main__":                                   # Ctrl-C while torc
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+os.environ["MPLBACKEND"] = "Agg"                            # files only (an unknown backend would stop the import)
 import matplotlib  # noqa: E402
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 import curves  # noqa: E402

@@ -45,8 +45,8 @@ import types
 import numpy as np
 import torch
 
-import matplotlib
-matplotlib.use("Agg")
+os.environ["MPLBACKEND"] = "Agg"                            # files only (an unknown backend would stop the import)
+import matplotlib  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 

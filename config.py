@@ -505,7 +505,9 @@ def check_args(args):
     other = next((k for k in TASK_FLAGS if k not in own and getattr(args, k) != DEFAULTS[k]), None)
     if other:                                                # (a generated task's flag given to another task)
         raise UsageError(f"--{other} {getattr(args, other)}: task {args.task} has no such setting; leave it out")
-    for flag in ("out_dir", "cache_dir"):                    # folders this run writes
+    for flag in ("out_dir", "cache_dir"):                    # folders this run writes (a read-only cache: read)
+        if flag == "cache_dir" and data.file_problem(args.cache_dir, folder=True) is None:
+            continue
         path = os.path.abspath(getattr(args, flag))
         while not os.path.exists(path):
             path = os.path.dirname(path)

@@ -14,12 +14,14 @@ import os
 import re
 
 import numpy as np
-import matplotlib
-from matplotlib.figure import Figure           # no pyplot: no global figures, the Agg canvas writes the PNG
-from matplotlib.lines import Line2D
-from matplotlib.ticker import NullLocator
 
-import data
+os.environ["MPLBACKEND"] = "Agg"             # files only, never a window (an unknown one would stop the import)
+import matplotlib  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402  (no pyplot: no global figures, the Agg canvas writes the PNG)
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
+
+import data  # noqa: E402
 
 
 def record(line):

@@ -148,7 +148,7 @@ def prepare_args(module, argv, check_tokenizer=None):
     if given.get("data_dir") == "":
         raise DataError("--data_dir is empty: give the folder (or file) of the task's data")
     cache_dir = given.get("cache_dir", "data")
-    if writable_problem(cache_dir):
+    if file_problem(cache_dir, folder=True) is not None and writable_problem(cache_dir):    # (read-only: read)
         raise DataError(f"--cache_dir {cache_dir or repr(cache_dir)}: {writable_problem(cache_dir)}")
     if "tokenizer" in given:
         check_tokenizer(given["tokenizer"], args.task)

@@ -195,6 +195,7 @@ class RunDir:
             with open(path, encoding="utf-8", errors="replace") as f:    # (bytes that are not text: a line dropped)
                 kept = [line for line in f if (curves.record(line) or {}).get("step", resumed_at + 1) <= resumed_at]
             data.atomic_write_text(path, "".join(kept))
+        self.log.close()                                     # (the placeholder)
         self.log = self.guarded(lambda: open(path, "a" if resumed_at is not None else "w"))
         if resumed_at is not None:
             self.write({"step": resumed_at, "resumed": True, "time": round(seconds, 3)})

@@ -738,3 +738,11 @@ def test_text_a_terminal_cannot_show_is_escaped_not_a_traceback(monkeypatch):
     out.flush(), err.flush()
     assert e.value.code == 2
     assert out.buffer.getvalue() == b"caf\\xe9\n" and err.buffer.getvalue() == b"error: no file na\\xefve.txt\n"
+
+
+def test_an_unknown_matplotlib_backend_in_the_environment_stops_no_program(tmp_path):
+    """MPLBACKEND=nonexistent stopped `import matplotlib` (after training, at loss.png): the programs write files
+    only, on the Agg backend, whatever the environment says."""
+    out = command("-c", "import curves, analyze, bench; print(__import__('matplotlib').get_backend())",
+                  env={**os.environ, "MPLBACKEND": "nonexistent"})
+    assert out.returncode == 0 and out.stdout.strip().lower() == "agg", out.stderr

@@ -532,3 +532,26 @@ def test_a_path_an_ascii_terminal_cannot_show_is_escaped_in_train_pys_lines(lra,
                    env={**os.environ, "PYTHONIOENCODING": "ascii"})
     assert out.returncode == 0, out.stderr
     assert f"wrote {tmp_path}/sortie-\\xe9/metrics.json" in out.stdout
+
+
+def test_a_run_leaves_no_file_open_behind_it(lra, tmp_path):
+    """(The log's placeholder, os.devnull, was replaced without being closed: a ResourceWarning under
+    PYTHONWARNINGS=error, printed with a traceback.)"""
+    out = train_py("--data_dir", lra, *TINY, "--max_iters", "1", "--out_dir", tmp_path / "o", cwd=tmp_path,
+                   env={**os.environ, "PYTHONWARNINGS": "error::ResourceWarning"})
+    assert out.returncode == 0 and "ResourceWarning" not in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_a_whole_cache_in_a_folder_this_run_cannot_write_is_read(lra, tmp_path, monkeypatch):
+    """(A shared, read-only cache: refused up front as a folder the run writes, though nothing needed writing.)"""
+    run("--task", "mqar", "--recall_sizes", "16,8,8", *TINY, "--max_iters", "1", "--cache_dir", tmp_path / "c",
+        "--out_dir", tmp_path / "o1")
+    access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: access(p, mode) and not (
+        mode & os.W_OK and str(tmp_path / "c") in os.path.abspath(p)))
+    m = run("--task", "mqar", "--recall_sizes", "16,8,8", *TINY, "--max_iters", "1", "--cache_dir", tmp_path / "c",
+            "--out_dir", tmp_path / "o2")
+    assert m["n_test"] == 8
+    with pytest.raises(train.UsageError, match="is not a folder this run can write in"):
+        run("--task", "mqar", "--recall_sizes", "16,8,8", *TINY, "--cache_dir", tmp_path / "c" / "new",
+            "--out_dir", tmp_path / "o3")
