@@ -405,8 +405,7 @@ def run_main(main, *errors):
     try:
         return main()
     except BrokenPipeError:                                  # the reader of stdout is gone (... | head): quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
+        stopped_by_pipe()
     except (DataError, OSError, *errors) as e:               # (an OS error found while working: a full disk)
         message = error_line(e)
     except (MemoryError, RuntimeError) as e:
@@ -419,6 +418,16 @@ def run_main(main, *errors):
         sys.exit(130)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def stopped_by_pipe():
+    """The reader of stdout went away (... | head -1): end as Unix tools do, killed by SIGPIPE (status 141 in a
+    shell), quietly; where there is no SIGPIPE, exit status 1 (Python's advice)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())      # (what is left unflushed goes nowhere)
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGPIPE)
+    sys.exit(1)
 
 
 def escape_unshowable():

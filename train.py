@@ -525,8 +525,7 @@ if __name__ == "__main__":
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else open(os.devnull, "w")):
             main()
     except BrokenPipeError:                                  # the reader of stdout is gone (... | head): quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        sys.exit(1)
+        data.stopped_by_pipe()
     except (UsageError, data.DataError, rundir.Diverged, OSError) as e:   # (OSError: a folder that failed mid-run)
         if env_number("LOCAL_RANK") == 0:                   # ... but for an error: once on each machine
             print(f"error: {data.error_line(e)}", file=sys.stderr)

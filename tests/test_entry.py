@@ -746,3 +746,17 @@ def test_an_unknown_matplotlib_backend_in_the_environment_stops_no_program(tmp_p
     out = command("-c", "import curves, analyze, bench; print(__import__('matplotlib').get_backend())",
                   env={**os.environ, "MPLBACKEND": "nonexistent"})
     assert out.returncode == 0 and out.stdout.strip().lower() == "agg", out.stderr
+
+
+@pytest.mark.parametrize("program", ["experiments.py", "train.py"])
+def test_a_reader_of_stdout_gone_ends_the_program_as_sigpipe_would_quietly(program, tmp_path):
+    """(`... | head -1`: exit 1, or for train.py 2 with "error: a file: Broken pipe"; now as Unix tools end.)"""
+    argv = [program, "--list"] if program == "experiments.py" else [
+        program, "--data_dir", write_listops(tmp_path / "lra", 8, seed=1), "--n_layer", "1", "--n_embd", "16",
+        "--batch_size", "2", "--max_iters", "1", "--out_dir", tmp_path / "o"]
+    r, w = os.pipe()
+    os.close(r)                                              # the reader gone before the first line
+    p = subprocess.run([sys.executable, *argv], cwd=ROOT, stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+    os.close(w)
+    assert p.returncode == -signal.SIGPIPE and p.stderr == "", (p.returncode, p.stderr)
+    assert not (tmp_path / "o" / "lock").exists()           # (train.py: its folder released first)
