@@ -555,8 +555,9 @@ def read_text(path):
 
 
 def read_lines(path):
-    """The lines of a UTF-8 text file, one at a time."""
-    with reading(path), open(path, encoding="utf-8") as f:
+    """The lines of a UTF-8 text file, one at a time (a byte-order mark before the first, as Excel and Notepad
+    write, left out)."""
+    with reading(path), open(path, encoding="utf-8-sig") as f:
         yield from f
 
 

@@ -116,6 +116,7 @@ def read_listops_arrays(path, fix="fix or remove that line", progress=False):
                                          disable=None if progress else True) as bar:
             for lineno, line in enumerate(f, 1):
                 bar.update(len(line))
+                line = line.removeprefix(b"\xef\xbb\xbf") if lineno == 1 else line   # a byte-order mark
                 if lineno == 1 and line.startswith(b"Source") or not line.strip():
                     continue
                 try:

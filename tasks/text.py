@@ -149,7 +149,7 @@ AGNEWS_TEST_ONLY_TRAIN = 6_000
 
 def read_agnews_csv(path):
     texts, labels = [], []
-    with reading(path), open(path, newline="", encoding="utf-8") as f:
+    with reading(path), open(path, newline="", encoding="utf-8-sig") as f:    # (-sig: a byte-order mark left out)
         reader = csv.reader(f, strict=True)                  # strict: a stray or unclosed quote is an error
         try:
             for row in reader:

@@ -15,7 +15,7 @@ import torch
 import config
 import data
 import tasks
-from tasks import image, lm, pathfinder, sources
+from tasks import image, listops, lm, pathfinder, sources, text
 import train
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -778,3 +778,17 @@ def test_an_id_outside_the_vocabulary_is_found_at_either_end_of_a_bin(position, 
     ids[position] = 50256                                    # the largest id: fine, and remembered
     ids.tofile(tmp_path / "train.bin")
     lm.check_ids(str(tmp_path / "train.bin"), np.uint16, 50257, "GPT-2's ids", str(tmp_path / "checked"))
+
+
+def test_a_byte_order_mark_before_the_first_line_is_left_out(tmp_path):
+    """Excel and Notepad start a UTF-8 file with one (U+FEFF): ListOps' header, a recall file's first id, AG News'
+    first label were refused with it."""
+    listops.write_listops_tsv(tmp_path / "b.tsv", listops.listops_chunk(((1, 0), 3, 5, 30)))
+    (tmp_path / "a.tsv").write_bytes(b"\xef\xbb\xbf" + (tmp_path / "b.tsv").read_bytes())
+    a, b = (tasks.listops_format.read_listops_arrays(str(tmp_path / f"{n}.tsv")) for n in "ab")
+    assert all((x == y).all() for x, y in zip(a, b)) and len(a[2]) == 3
+    (tmp_path / "r.txt").write_bytes("\ufeff1 2\t- 2\n".encode())
+    assert list(data.read_lines(str(tmp_path / "r.txt"))) == ["1 2\t- 2\n"]
+    (tmp_path / "ag.csv").write_bytes('\ufeff"3","Wall St.","Shares rose."\n'.encode())
+    texts, labels = text.read_agnews_csv(str(tmp_path / "ag.csv"))
+    assert labels == [2] and "Wall St." in texts[0]
