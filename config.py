@@ -506,7 +506,7 @@ def check_args(args):
     if other:                                                # (a generated task's flag given to another task)
         raise UsageError(f"--{other} {getattr(args, other)}: task {args.task} has no such setting; leave it out")
     for flag in ("out_dir", "cache_dir"):                    # folders this run writes (a read-only cache: read)
-        if flag == "cache_dir" and data.file_problem(args.cache_dir, folder=True) is None:
+        if flag == "cache_dir" and not data.cache_dir_problem(args.cache_dir):
             continue
         path = os.path.abspath(getattr(args, flag))
         while not os.path.exists(path):
@@ -548,8 +548,9 @@ def check_config(model_name, config_dict, values=True):
 def check_size(args, model_name, config):
     """Before any data is read: a run that cannot fit in this machine's memory, or asks for an absurd step, refused
     in one line. The memory is a lower bound: the weights (with their gradients and Adam's two moments when
-    training all of them), counted on the meta device at one and two layers and extrapolated (where the model can be built
-    there), and one float per position, width and layer (evaluating: per position and width) of the batch."""
+    training all of them), counted on the meta device at one and two layers and extrapolated (where the model can
+    be built there), and one float per position, width and layer (evaluating: per position and width) of the
+    batch."""
     config = dataclasses.asdict(check_config(model_name, config, values=False))
     if args.steps is not None and "discrete" in config:      # --steps N: the ODE made N blocks of their own
         config = {**config, "n_layer": args.steps, "discrete": True}

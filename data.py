@@ -148,8 +148,8 @@ def prepare_args(module, argv, check_tokenizer=None):
     if given.get("data_dir") == "":
         raise DataError("--data_dir is empty: give the folder (or file) of the task's data")
     cache_dir = given.get("cache_dir", "data")
-    if file_problem(cache_dir, folder=True) is not None and writable_problem(cache_dir):    # (read-only: read)
-        raise DataError(f"--cache_dir {cache_dir or repr(cache_dir)}: {writable_problem(cache_dir)}")
+    if cache_dir_problem(cache_dir):
+        raise DataError(f"--cache_dir {cache_dir or repr(cache_dir)}: {cache_dir_problem(cache_dir)}")
     if "tokenizer" in given:
         check_tokenizer(given["tokenizer"], args.task)
     return args.task, given
@@ -448,6 +448,12 @@ def error_line(e):
     if isinstance(e, OSError):
         return f"{e.filename or 'a file'}: {e.strerror or one_line(e, 150)}; check that path (and the free space)"
     return str(e)
+
+
+def cache_dir_problem(path):
+    """Why --cache_dir cannot be used, or None: a folder that can be read (a whole cache there is read, even where
+    nothing can be written), or else one that can be made and written."""
+    return None if file_problem(path, folder=True) is None else writable_problem(path)
 
 
 def writable_problem(path):
