@@ -632,5 +632,11 @@ def load_weights(model, state, path):
     except (RuntimeError, TypeError, ValueError) as e:
         first = [line.strip() for line in str(e).splitlines() if line.strip()][:2]   # torch: a title, then the first
         raise UsageError(f"{path}: its weights do not fit the model ({data.one_line(' '.join(first), 200)})") from None
-    if not all(w.isfinite().all() for w in model.state_dict().values() if w.is_floating_point()):
+    now = model.state_dict()
+    if not all(w.isfinite().all() for w in now.values() if w.is_floating_point()):
         raise UsageError(f"{path}: a weight is not finite (nan or inf); use another checkpoint")
+    tied = [k for k, w in state.items()                     # two names of one tensor (tied embeddings), two values
+            if torch.is_tensor(w) and not torch.equal(now[k].cpu(), w.cpu().to(now[k].dtype))]
+    if tied:
+        raise UsageError(f"{path}: {tied[0]} disagrees with the weight it is tied to; the checkpoint was edited or "
+                         "damaged, use another")

@@ -555,3 +555,14 @@ def test_a_whole_cache_in_a_folder_this_run_cannot_write_is_read(lra, tmp_path, 
     with pytest.raises(train.UsageError, match="is not a folder this run can write in"):
         run("--task", "mqar", "--recall_sizes", "16,8,8", *TINY, "--cache_dir", tmp_path / "c" / "new",
             "--out_dir", tmp_path / "o3")
+
+
+@pytest.mark.parametrize("name", ["simpletron", "diffeqformer"])
+def test_tied_embeddings_whose_two_copies_disagree_are_refused(name):
+    model = config.build_model(name, dict(vocab_size=11, n_embd=8, n_head=2, n_layer=1, block_size=8, head="lm"))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    config.load_weights(model, state, "ok.pt")                                  # equal copies: loaded
+    state["lm_head.weight"] = state["lm_head.weight"] + 1                       # wte.weight keeps the old values
+    with pytest.raises(config.UsageError) as e:
+        config.load_weights(model, state, "x.pt")
+    one_line(e, "x.pt: ", "disagrees with the weight it is tied to")
