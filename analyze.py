@@ -939,6 +939,8 @@ def check(args):
         if not args.runs:
             raise UsageError("curves needs run folders (python analyze.py curves out/a out/b) or --table NAME")
         for run in args.runs:
+            if not run:
+                raise UsageError("curves: a run folder is an empty string; give the folder of a train.py run")
             path = os.path.join(run, "log.jsonl")
             problem = data.file_problem(path) or (None if any(list(map(curves.record, data.read_lines(path)))) else
                                                   "holds no record of a step")

@@ -285,6 +285,7 @@ CASES = [
         "curves", log_file(t, b'{"step": %s, "loss": 1.0, "val_loss": 1.0}\n' % v), "--out", t / "a"], "no record")
       for v in (b"NaN", b"1e999")],
     (A, "curves of nothing", lambda w, t: ["curves", "--out", t / "a"], "run folders"),
+    (A, "curves of an empty folder name", lambda w, t: ["curves", "", "--out", t / "a"], "an empty string"),
     (A, "curves of a folder that is not there", lambda w, t: ["curves", t / "none", "--out", t / "a"], "none"),
     (A, "curves of a file", lambda w, t: ["curves", w.txt, "--out", t / "a"], "log.jsonl"),
     (A, "curves of a binary log", lambda w, t: ["curves", log_file(t, BINARY), "--out", t / "a"], "log.jsonl"),
