@@ -108,8 +108,9 @@ LIMITS = {
     "schedule": (lambda v: v in ("rsqrt", "cosine"), "rsqrt or cosine"),
     "dtype": (lambda v: v in ("auto", "bfloat16", "float16", "float32"), "auto, bfloat16, float16 or float32"),
     "device": (lambda v: re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", v), "auto, cpu, cuda, cuda:N or mps"),
-    **{n: (lambda v: v.strip() != "", "a path") for n in ("out_dir", "data_dir", "cache_dir", "init_from",
-                                                            "transfer_from")},
+    **{n: (lambda v: all(p.strip() for p in ([v] if isinstance(v, str) else v)), "a path") for n in (
+        "out_dir", "data_dir", "cache_dir", "init_from", "init_from_bert", "transfer_from", "ckpt", "out", "run",
+        "nanogpt")},                                         # (analyze.py's --ckpt and --run: lists of paths)
     # sample.py, analyze.py and bench.py
     **{n: (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0") for n in ("grid", "max_new_tokens")},
     "threads": (lambda v: isinstance(v, int) and 0 <= v <= (os.cpu_count() or 1),
@@ -134,7 +135,9 @@ def check_value(name, value):
     except (TypeError, AttributeError):                      # e.g. a string where a checkpoint should have a number
         ok = False
     if not ok:
-        raise UsageError(f"--{name} {value if value != '' else repr(value)}: allowed is {allowed}")
+        shown = ", ".join(map(repr, value)) if isinstance(value, list) else repr(value) if value == "" or (
+            isinstance(value, str) and not value.strip()) else value
+        raise UsageError(f"--{name} {shown}: allowed is {allowed}")
 
 
 def check_device(name):

@@ -566,3 +566,24 @@ def test_tied_embeddings_whose_two_copies_disagree_are_refused(name):
     with pytest.raises(config.UsageError) as e:
         config.load_weights(model, state, "x.pt")
     one_line(e, "x.pt: ", "disagrees with the weight it is tied to")
+
+
+@pytest.mark.parametrize("program,argv,shown", [
+    ("train", ["--init_from_bert", ""], "--init_from_bert ''"),           # was taken for no flag: BERT-less training
+    ("train", ["--out_dir", " "], "--out_dir ' '"),
+    ("sample", ["--ckpt", ""], "--ckpt ''"),
+    ("analyze", ["attnstd", "--run", "out/a", "--run", ""], "--run 'out/a', ''"),
+    ("analyze", ["spectra", "--ckpt", ""], "--ckpt ''"),
+    ("analyze", ["curves", "out/a", "--out", ""], "--out ''"),
+    ("bench", ["--out", ""], "--out ''"),
+    ("bench", ["--nanogpt", ""], "--nanogpt ''"),
+])
+def test_an_empty_path_is_refused_in_every_program(monkeypatch, program, argv, shown):
+    import analyze
+    import bench
+    import sample
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    main = {"train": train.main, "sample": sample.main, "analyze": analyze.main, "bench": bench.main}[program]
+    with pytest.raises(config.UsageError) as e:
+        main(argv)
+    assert str(e.value) == f"{shown}: allowed is a path"
