@@ -221,6 +221,14 @@ def test_plain_files_round_trip_and_become_a_task(tmp_path):
                             "(given, or the checkpoint's): give --recall_len 16, or other files")
 
 
+def test_files_of_different_lengths_are_refused_with_each_length(tmp_path):
+    recall.write_examples(str(tmp_path / "train.txt"), *recall.mqar(20, 16, 2, 16, seed=1))    # 20 rows of 16
+    recall.write_examples(str(tmp_path / "val.txt"), *recall.mqar(3, 32, 2, 16, seed=2))       # 3 rows of 32
+    with pytest.raises(data.DataError) as e:
+        data.load_task("mqar", cache_dir=str(tmp_path / "c"), data_dir=str(tmp_path), recall_vocab=16)
+    assert str(e.value) == f"mqar: the files of {tmp_path} hold examples of different lengths (train 16, val 32)"
+
+
 @pytest.mark.parametrize("text, parts", [
     ("1 2 3\t- 4\n", ["line 1", "3 input ids but 2 targets"]),
     ("1 2 3 - 4\n", ["line 1", "1 tab-separated fields, not 2"]),
