@@ -9,7 +9,7 @@ import os
 import numpy as np
 import torch
 
-from data import DataError, cached_dir, cls_task, id_dtype, load_json, one_line, save_arrays, save_json
+from data import DataError, cached_dir, cls_task, file_problem, id_dtype, load_json, one_line, save_arrays, save_json
 
 
 # BERT's WordPiece: imdb and agnews with --tokenizer DIR, a Hugging Face BERT folder (train.py --init_from_bert
@@ -140,12 +140,23 @@ def read_bert_config(folder):
         raise DataError(f"--init_from_bert {folder}: cannot read config.json ({e}); give {BERT_FOLDER}") from None
     if missing:
         raise DataError(f"--init_from_bert {folder}: config.json has no {', '.join(missing)}: not a BERT config")
+    bad = next((f"{k} {config[k]!r} (allowed: {allowed})" for k, test, allowed in (
+        *[(k, lambda v: type(v) is int and v >= 1, "an integer >= 1") for k in need],
+        ("layer_norm_eps", lambda v: type(v) in (int, float) and 0 < v < 1, "a number from 0 to 1"),
+        ("hidden_dropout_prob", lambda v: type(v) in (int, float) and 0 <= v < 1, "a probability below 1"),
+        *[(k, lambda v: isinstance(v, str), "a name") for k in ("hidden_act", "model_type")])
+        if k in config and not test(config[k])), None)
+    if bad:
+        raise DataError(f"--init_from_bert {folder}: config.json's {bad}: not a BERT config")
     return config
 
 
 def read_bert_weights(folder):
     """DIR/model.safetensors or, else, DIR/pytorch_model.bin: a state dict of tensors."""
     path = os.path.join(folder, "model.safetensors")
+    for there in (os.path.join(folder, name) for name in ("model.safetensors", "pytorch_model.bin")):
+        if os.path.lexists(there) and file_problem(there):   # a folder, a pipe, a broken link: not skipped
+            raise DataError(f"--init_from_bert: {there} {file_problem(there)}")
     try:
         if os.path.isfile(path):
             try:
@@ -164,6 +175,8 @@ def read_bert_weights(folder):
         raise DataError(f"--init_from_bert: cannot read {path} ({type(e).__name__}: {one_line(e, 200)})") from None
     if not isinstance(state_dict, dict) or not all(isinstance(v, torch.Tensor) for v in state_dict.values()):
         raise DataError(f"--init_from_bert: {path} is not a state dict of tensors")
+    if not all(v.isfinite().all() for v in state_dict.values() if v.is_floating_point()):
+        raise DataError(f"--init_from_bert: {path} holds a weight that is not finite (nan or inf); download it again")
     return state_dict
 
 

@@ -295,6 +295,20 @@ def test_train_init_from_bert_bad_input_is_one_line(tmp_path, monkeypatch):
     assert "is not a state dict of tensors" in run("--init_from_bert", folder)
     torch.save([weights], folder / "pytorch_model.bin")                      # not a dict
     assert "is not a state dict of tensors" in run("--init_from_bert", folder)
+    torch.save({k: v.clone().fill_(float("nan")) if k.endswith("query.weight") else v for k, v in weights.items()},
+               folder / "pytorch_model.bin")                                  # a weight damaged: no step taken
+    assert "holds a weight that is not finite" in run("--init_from_bert", folder)
+    torch.save(weights, folder / "pytorch_model.bin")
+    (folder / "model.safetensors").mkdir()                                    # preferred, and no file: not skipped
+    assert run("--init_from_bert", folder) == f"--init_from_bert: {folder / 'model.safetensors'} is a folder, not a file"
+    (folder / "model.safetensors").rmdir()
+    for field, value in (("hidden_size", "16"), ("num_attention_heads", 0), ("num_hidden_layers", True),
+                         ("num_hidden_layers", 1.5), ("vocab_size", None), ("layer_norm_eps", "x"),
+                         ("layer_norm_eps", 0), ("hidden_dropout_prob", 1.0), ("hidden_act", 3)):
+        (folder / "config.json").write_text(json.dumps({**CONFIG, field: value}))
+        assert run("--init_from_bert", folder).startswith(f"--init_from_bert {folder}: config.json's {field} "
+                                                          f"{value!r} (allowed: "), (field, value)
+    (folder / "config.json").write_text(json.dumps(CONFIG))
     (folder / "pytorch_model.bin").unlink()
     assert "neither model.safetensors nor pytorch_model.bin" in run("--init_from_bert", folder)
     monkeypatch.setitem(sys.modules, "tokenizers", None)     # as if not installed
