@@ -84,7 +84,8 @@ def check_run_record(ckpt, out_dir):
         ckpt["best"] = None
         return
     other = load_checkpoint(path)
-    if other["model_name"] != ckpt["model_name"] or other["config"] != ckpt["config"]:
+    fixed = lambda c: {k: v for k, v in c.items() if k not in CHANGEABLE_FIELDS}     # (--dropout may change)
+    if other["model_name"] != ckpt["model_name"] or fixed(other["config"]) != fixed(ckpt["config"]):
         raise UsageError(f"{path} holds another run's weights (a {other['model_name']} model), not this "
                          f"{ckpt['model_name']} run's: move it out of {out_dir}, then --resume again")
 

@@ -406,6 +406,16 @@ def test_a_damaged_record_in_ckpt_pt_is_refused_before_any_data(lra, tmp_path, m
     one_line(e, f"{tmp_path / 'o' / 'ckpt.pt'}: ", words)
 
 
+def test_a_run_resumed_with_another_dropout_resumes_again_beside_its_earlier_best_pt(lra, tmp_path, monkeypatch):
+    run("--data_dir", lra, *TINY, "--eval_interval", "2", "--max_iters", "2", "--out_dir", tmp_path / "o")
+    fake_val(monkeypatch, [0.0] * 4, "acc")                    # steps 4, 6 no better: best.pt stays step 2's (TINY: dropout 0)
+    run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4", "--dropout", "0.3")
+    best = torch.load(tmp_path / "o" / "best.pt", map_location="cpu", weights_only=True)
+    ckpt = torch.load(tmp_path / "o" / "ckpt.pt", map_location="cpu", weights_only=True)
+    assert (best["iter"], best["config"]["dropout"], ckpt["config"]["dropout"]) == (2, 0.0, 0.3)
+    assert run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "6")["best"]["step"] == 2
+
+
 def test_a_lost_best_pt_is_forgotten_and_another_runs_refused(lra, tmp_path, monkeypatch, capsys):
     common = ["--data_dir", lra, *TINY, "--eval_interval", "2"]
     run(*common, "--max_iters", "2", "--out_dir", tmp_path / "o")              # best.pt: step 2
