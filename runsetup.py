@@ -41,8 +41,8 @@ def settings(argv, description=None):
     check_args(args)                                         # every flag, before any data is read
     moot = next((k for k in MOOT_WITH_FILES.get(args.task, ()) if k in typed), None) if args.data_dir else None
     if moot:
-        raise UsageError(f"--{moot} {getattr(args, moot)}: it sets the generated {args.task} examples, and --data_dir's "
-                         "files are read instead; leave out one of them")
+        raise UsageError(f"--{moot} {getattr(args, moot)}: it sets the generated {args.task} examples, and "
+                         "--data_dir's files are read instead; leave out one of them")
     args.device = pick_device(args.device)
     # the model's settings: a resumed run's, the --init_from checkpoint's with the fields given, or new
     if ckpt is not None:                                     # (resume_state refused any field it cannot change)
@@ -187,7 +187,17 @@ def build_run_model(args, config_dict, source, ckpt, pretrained):
     else:
         model = build_model(args.model, config_dict)
     if source is not None:
-        load_weights(model, source["model"], args.init_from)
+        was = source["config"]
+        changed = [k for k, v in config_dict.items() if was.get(k, v) != v and k not in CHANGEABLE_FIELDS]
+        try:
+            load_weights(model, source["model"], args.init_from)
+        except UsageError as e:
+            if not changed or "do not fit" not in str(e):
+                raise
+            flags, had = (", ".join(f"{pre}{k} {c[k]}" for k in changed) for pre, c in (("--", config_dict), ("", was)))
+            raise UsageError(f"{flags}: the weights of --init_from {args.init_from} ({had}) do not fit that model; "
+                             f"leave {'it' if len(changed) == 1 else 'them'} out to fine-tune the checkpoint's "
+                             "model, or train a new one without --init_from") from None
     if (args.steps is not None or args.lora_rank) and ckpt is None:
         model = discretised(model, args, source)
     if args.transfer_from:                                   # SimpleTRON's Section 4.2

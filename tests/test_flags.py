@@ -92,6 +92,18 @@ def test_init_from_lays_the_config_flags_given_over_the_checkpoints(done, lra, t
     assert m["config"]["dropout"] == 0.3 and m["config"]["n_embd"] == 16
 
 
+def test_init_from_with_a_shape_flag_says_which_flags_the_weights_do_not_fit(done, tmp_path):
+    ckpt = done / "ckpt.pt"
+    for flags, said in ((["--n_embd", "32"], "--n_embd 32: the weights of --init_from {} (n_embd 16) do not fit that "
+                         "model; leave it out"),
+                        (["--n_layer", "2", "--dropout", "0.3", "--n_embd", "32"], "--n_layer 2, --n_embd 32: the "
+                         "weights of --init_from {} (n_layer 1, n_embd 16) do not fit that model; leave them out")):
+        with pytest.raises(train.UsageError) as e:
+            run("--init_from", ckpt, *flags, "--max_iters", "1", "--out_dir", tmp_path / "a")
+        one_line(e, said.format(ckpt), "to fine-tune the checkpoint's model, or train a new one without --init_from")
+        assert not (tmp_path / "a" / "ckpt.pt").exists()
+
+
 def test_init_from_refuses_another_model(done, no_data, tmp_path):
     for model in ("transject", "softmax"):                   # softmax: the same weights' shapes, another model
         with pytest.raises(train.UsageError) as e:
