@@ -597,3 +597,22 @@ def test_an_empty_path_is_refused_in_every_program(monkeypatch, program, argv, s
     with pytest.raises(config.UsageError) as e:
         main(argv)
     assert str(e.value) == f"{shown}: allowed is a path"
+
+
+def test_a_finished_run_evaluated_again_keeps_its_metrics_json_until_the_new_one_is_written(lra, tmp_path,
+                                                                                            monkeypatch):
+    """--resume of a finished run (no step left) evaluates it again: metrics.json still describes ckpt.pt, so a
+    failure in that evaluation leaves it as it was (a run with steps left discards it first: it would be stale)."""
+    out = tmp_path / "o"
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", out)
+    before = (out / "metrics.json").read_bytes()
+
+    def fails(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(train, "evaluate", fails)
+    with pytest.raises(OSError):
+        run("--resume", "--out_dir", out)
+    assert (out / "metrics.json").read_bytes() == before
+    with pytest.raises(OSError):
+        run("--resume", "--out_dir", out, "--max_iters", "3")
+    assert not (out / "metrics.json").exists()

@@ -431,6 +431,11 @@ def test_speed_generate_records(tmp_path):
     assert any("ms per new token at a 24-token context / at 8" in q["what"] for q in summary["ratios"])
     assert (out / "speed_generate.png").exists() and "ms per new token" in (out / "speed.md").read_text()
     assert not (out / "speed.png").exists()                  # generation alone: no training benchmark
+    md = (out / "speed.md").read_text().splitlines()
+    caption = next(i for i, line in enumerate(md) if line.startswith("Generation: milliseconds per new token"))
+    header = next(i for i, line in enumerate(md) if "| batch x context | ms per new token |" in line)
+    assert md[caption + 1] == "" and header == caption + 2 and md[header + 1].startswith("|-")   # its caption first
+    assert len([line for line in md[header + 2:] if line.startswith("| ")]) == len(records)      # a row a record
 
 
 @pytest.mark.parametrize("values", [[31.0, 44.0], [0.9, 1.05], [3.0, 4000.0], [0.0123]])
