@@ -926,11 +926,8 @@ def check(args):
     for name, value in vars(args).items():
         check_value(name, value)
     check_device(args.device)
-    path = os.path.abspath(args.out)
-    while not os.path.exists(path):
-        path = os.path.dirname(path)
-    if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError(f"--out {args.out}: {path} is not a folder this command can write in")
+    if data.writable_problem(args.out):
+        raise UsageError(f"--out {args.out}: {data.writable_problem(args.out)}")
 
 
 def int_list(flag, text):

@@ -161,6 +161,18 @@ def test_nothing_runs_on_an_empty_list_or_a_size_beyond_the_machine(argv, words,
     assert not (tmp_path / "out").exists()                   # refused before anything was written
 
 
+def test_an_out_folder_that_cannot_be_made_is_refused_before_any_timing(tmp_path):
+    (tmp_path / "file").write_text("x")
+    os.symlink(tmp_path / "loop_b", tmp_path / "loop_a")
+    os.symlink(tmp_path / "loop_a", tmp_path / "loop_b")              # a loop of links
+    for out, said in ((tmp_path / "file", f"{tmp_path / 'file'} is a file, not a folder"),
+                      (tmp_path / "file" / "a", f"{tmp_path / 'file'} is not a folder this command can write in"),
+                      (tmp_path / "loop_a", f"{tmp_path / 'loop_a'} is not a folder this command can write in")):
+        with pytest.raises(bench.UsageError) as e:
+            bench.main(["--out", str(out), "--models", "simpletron", "--lengths", "16"])
+        assert str(e.value) == f"--out {out}: {said}"
+
+
 def test_sizes_limit_names_the_longest_length_that_fits(monkeypatch):
     """The memory limit: the step's bytes at three short lengths, extrapolated, against what is free here."""
     args = bench.parse(["--models", "simpletron", "--lengths", "64", "--n_layer", "1", "--n_head", "2", "--n_embd", "16",
