@@ -14,6 +14,7 @@ by --overwrite), and every file train.py writes there, each whole or not at all:
 import contextlib
 import dataclasses
 import json
+import errno
 import os
 import shlex
 import time
@@ -75,8 +76,9 @@ class RunDir:
         self.made = not os.path.isdir(self.path)
         try:
             os.makedirs(self.path, exist_ok=True)
-        except OSError as e:
-            raise data.DataError(f"cannot make --out_dir {self.path}: {e.strerror or e}") from None
+        except OSError as e:                                 # "File exists": a link to nowhere, a loop of links
+            why = data.writable_problem(self.path) if e.errno == errno.EEXIST else e.strerror
+            raise data.DataError(f"cannot make --out_dir {self.path}: {why or e}") from None
         for name in FILES:                                   # each absent or a file (a folder there: one line now)
             problem = data.file_problem(self.file(name))
             if problem not in (None, "does not exist"):

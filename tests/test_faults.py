@@ -518,6 +518,12 @@ def test_a_folder_that_cannot_be_made_or_locked_is_named_with_the_os_reason_alon
     with pytest.raises(data.DataError) as e:
         rundir.RunDir(args, master=True)
     assert str(e.value) == f"cannot make --out_dir {tmp_path / 'file' / 'o'}: Not a directory"   # no [Errno 20] '…'
+    os.symlink(tmp_path / "nowhere" / "x", tmp_path / "dangling")      # makedirs: "File exists", which misleads
+    args = config.parse_args(["--out_dir", str(tmp_path / "dangling")])[0]
+    with pytest.raises(data.DataError) as e:
+        rundir.RunDir(args, master=True)
+    assert str(e.value) == (f"cannot make --out_dir {tmp_path / 'dangling'}: {tmp_path / 'dangling'} is not a folder "
+                            "this command can write in")
     real_open, lock = os.open, str(tmp_path / "o" / "lock")
 
     def refuse_lock(path, *a, **k):
