@@ -511,13 +511,8 @@ def check_args(args):
     for flag in ("out_dir", "cache_dir"):                    # folders this run writes (a read-only cache: read)
         if flag == "cache_dir" and not data.cache_dir_problem(args.cache_dir):
             continue
-        path = os.path.abspath(getattr(args, flag))
-        while not os.path.exists(path):
-            path = os.path.dirname(path)
-        if not os.path.isdir(path) or not os.access(path, os.W_OK | os.X_OK):
-            own_file = os.path.isfile(path) and path == os.path.abspath(getattr(args, flag))
-            kind = "is a file, not a folder" if own_file else "is not a folder this run can write in"
-            raise UsageError(f"--{flag} {getattr(args, flag)}: {path} {kind}")
+        if data.writable_problem(getattr(args, flag)):     # (a link to nowhere, a loop of links: one too)
+            raise UsageError(f"--{flag} {getattr(args, flag)}: {data.writable_problem(getattr(args, flag))}")
     if args.eval_only and not args.init_from:
         raise UsageError("--eval_only needs --init_from CKPT, the checkpoint to evaluate")
     if args.lora_alpha is not None and not args.lora_rank:

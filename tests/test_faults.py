@@ -568,7 +568,7 @@ def test_a_whole_cache_in_a_folder_this_run_cannot_write_is_read(lra, tmp_path, 
     m = run("--task", "mqar", "--recall_sizes", "16,8,8", *TINY, "--max_iters", "1", "--cache_dir", tmp_path / "c",
             "--out_dir", tmp_path / "o2")
     assert m["n_test"] == 8
-    with pytest.raises(train.UsageError, match="is not a folder this run can write in"):
+    with pytest.raises(train.UsageError, match="is not a folder this command can write in"):
         run("--task", "mqar", "--recall_sizes", "16,8,8", *TINY, "--cache_dir", tmp_path / "c" / "new",
             "--out_dir", tmp_path / "o3")
 

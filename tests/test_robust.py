@@ -260,7 +260,7 @@ def test_devices_that_are_not_here_and_folders_that_cannot_be_written(monkeypatc
     (tmp_path / "file").write_text("x")
     for argv, words in ((["--device", "cuda"], "--device cuda: no such CUDA device"),
                         (["--device", "mps"], "--device mps: Apple's MPS is not available"),
-                        (["--out_dir", str(tmp_path / "file" / "run")], "is not a folder this run can write in")):
+                        (["--out_dir", str(tmp_path / "file" / "run")], "is not a folder this command can write in")):
         with pytest.raises(train.UsageError) as e:
             train.main([*argv, "--cache_dir", str(tmp_path / "c")])
         one_line(e, words)
@@ -274,7 +274,16 @@ def test_devices_that_are_not_here_and_folders_that_cannot_be_written(monkeypatc
             with pytest.raises(train.UsageError) as e:
                 train.main([flag, str(tmp_path / parent / "run"), *(["--cache_dir", str(tmp_path / "c")]
                                                                       if flag == "--out_dir" else [])])
-            one_line(e, f"{flag} {tmp_path / parent / 'run'}: {tmp_path / parent} is not a folder this run can write in")
+            one_line(e, f"{flag} {tmp_path / parent / 'run'}: {tmp_path / parent} is not a folder this command can write in")
+    os.symlink(tmp_path / "loop_b", tmp_path / "loop_a")
+    os.symlink(tmp_path / "loop_a", tmp_path / "loop_b")              # a loop of links: exists() is False for it
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    for flag in ("--out_dir", "--cache_dir"):
+        for link in ("loop_a", "dangling"):
+            with pytest.raises(train.UsageError) as e:
+                train.main([flag, str(tmp_path / link), *(["--cache_dir", str(tmp_path / "c")] if flag == "--out_dir"
+                                                         else [])])
+            one_line(e, f"{flag} {tmp_path / link}: {tmp_path / link} is not a folder this command can write in")
 
 
 class Foreign:                                               # a pickled object: never loaded from a checkpoint
