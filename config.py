@@ -533,6 +533,23 @@ def check_args(args):
                          "SimpleTRON's q/k/v (SimpleTRON's Section 4.2); give a simpletron checkpoint")
 
 
+def check_moot(args, typed, config):
+    """A flag typed that would change nothing in this run is refused in one line naming what it acts with: a flag
+    is honoured or refused, never dropped."""
+    c = dataclasses.asdict(config)
+    simple = (c.get("attention") == "simple", "simple attention (--model simpletron)")
+    acts = {"gate_lr_scale": (args.model == "transject" or c.get("norm") == "rezero",
+                              "scalar gates, which --model transject and --norm rezero have"),
+            "lr_decay_iters": (args.schedule == "cosine", "--schedule cosine"),
+            "min_lr": (args.schedule == "cosine", "--schedule cosine"),
+            "short_len": (args.short_steps > 0, "--short_steps N"),
+            "causal_scale": simple, "chunk": simple}
+    flag = next((k for k, (used, _) in acts.items() if k in typed and not used), None)
+    if flag:
+        raise UsageError(f"--{flag} {getattr(args, flag, c.get(flag))}: it acts only with {acts[flag][1]}, which this "
+                         "run has not; leave it out")
+
+
 def check_config(model_name, config_dict, values=True):
     """The model's settings (flags, preset or a checkpoint's): each value, then the model's Config itself."""
     for name, value in config_dict.items() if values else ():

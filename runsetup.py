@@ -15,7 +15,7 @@ import bert
 import data
 import simpletron
 from config import (MOOT_WITH_FILES, TASK_FLAGS, MODELS, UsageError, build_model, check_args, check_config,
-                    check_size, load_checkpoint, load_weights, parse_args, pick_device, resolve)
+                    check_moot, check_size, load_checkpoint, load_weights, parse_args, pick_device, resolve)
 
 
 def settings(argv, description=None):
@@ -51,7 +51,7 @@ def settings(argv, description=None):
         config_dict = {**source["config"], **{k: v for k, v in overrides.items() if k in given}}
     else:
         config_dict = dict(MODELS[args.model][1], **overrides)
-    check_config(args.model, config_dict)                    # bad settings fail before any data is loaded
+    check_moot(args, typed, check_config(args.model, config_dict))   # bad settings fail before any data is loaded
     check_size(args, args.model, config_dict)                # and those that cannot fit in memory
     return args, batch_given, source, ckpt, pretrained, config_dict
 
@@ -168,6 +168,10 @@ def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):
     for k in ("vocab_size", "head", "n_classes"):
         if from_checkpoint and config_dict[k] != fields[k]:
             raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {task_name} needs {fields[k]}")
+        if not from_checkpoint and pretrained is None and config_dict.get(k, fields[k]) != fields[k] and not (
+                k == "vocab_size" and config_dict[k] > fields[k]):           # (more ids than the task's: unused)
+            raise UsageError(f"--{k} {config_dict[k]}: task {task_name} sets it to {fields[k]}; leave it out"
+                             + " (or give more ids)" * (k == "vocab_size"))
     if pretrained is not None:
         if task.vocab_size > config_dict["vocab_size"]:
             raise UsageError(f"--init_from_bert: the tokenizer has {task.vocab_size} ids, BERT's embedding "

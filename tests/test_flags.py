@@ -246,3 +246,40 @@ def test_a_lora_rank_above_the_width_and_a_transfer_from_another_model_are_refus
     with pytest.raises(config.UsageError) as e:
         run("--model", "softmax", "--transfer_from", softmax, "--out_dir", tmp_path / "o")
     one_line(e, f"--transfer_from {softmax} holds a softmax model: the transfer copies a SimpleTRON's q/k/v")
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--gate_lr_scale", "2"], "--gate_lr_scale 2.0: it acts only with scalar gates, which --model transject and "
+                               "--norm rezero have"),
+    (["--schedule", "rsqrt", "--min_lr", "0.5"], "--min_lr 0.5: it acts only with --schedule cosine"),
+    (["--schedule", "rsqrt", "--lr_decay_iters", "9"], "--lr_decay_iters 9: it acts only with --schedule cosine"),
+    (["--short_steps", "0", "--short_len", "8"], "--short_len 8: it acts only with --short_steps N"),
+    (["--model", "softmax", "--causal_scale", "t"], "--causal_scale t: it acts only with simple attention"),
+    (["--model", "softmax", "--chunk", "8"], "--chunk 8: it acts only with simple attention"),
+])
+def test_a_flag_that_would_change_nothing_is_refused(no_data, tmp_path, flags, said):
+    with pytest.raises(train.UsageError) as e:
+        runsetup.settings([*flags, "--out_dir", str(tmp_path / "a")])
+    one_line(e, said, "which this run has not; leave it out")
+
+
+def test_the_same_flags_where_they_act_are_taken(no_data, tmp_path):
+    for flags in (["--model", "transject", "--gate_lr_scale", "2"], ["--norm", "rezero", "--gate_lr_scale", "2"],
+                  ["--schedule", "cosine", "--min_lr", "0.5", "--lr_decay_iters", "9"],
+                  ["--short_steps", "3", "--short_len", "8"], ["--causal_scale", "t", "--chunk", "8"]):
+        runsetup.settings([*flags, "--out_dir", str(tmp_path / "a")])
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--n_classes", "4"], "--n_classes 4: task listops sets it to 10; leave it out"),     # was an IndexError
+    (["--vocab_size", "8"], "--vocab_size 8: task listops sets it to 16; leave it out (or give more ids)"),
+    (["--head", "lm"], "--head lm: task listops sets it to cls; leave it out"),
+])
+def test_a_model_field_the_task_sets_is_the_tasks_or_refused(lra, tmp_path, monkeypatch, flags, said):
+    monkeypatch.setattr(train, "train_session", lambda *a: pytest.fail("a step was taken"))
+    with pytest.raises(train.UsageError) as e:
+        run("--data_dir", lra, *TINY, *flags, "--out_dir", tmp_path / "a")
+    one_line(e, said)
+    monkeypatch.undo()
+    assert run("--data_dir", lra, *TINY, "--max_iters", "1", "--vocab_size", "40", "--n_classes", "10",
+               "--out_dir", tmp_path / "b")["config"]["vocab_size"] == 40                # more ids: taken
