@@ -543,7 +543,8 @@ def check_moot(args, typed, config):
             "lr_decay_iters": (args.schedule == "cosine", "--schedule cosine"),
             "min_lr": (args.schedule == "cosine", "--schedule cosine"),
             "short_len": (args.short_steps > 0, "--short_steps N"),
-            "causal_scale": simple, "chunk": simple}
+            "causal_scale": simple, "chunk": simple,
+            "sigma_loss_weight": (c.get("sigma") == "learned", "--sigma learned")}
     flag = next((k for k, (used, _) in acts.items() if k in typed and not used), None)
     if flag:
         raise UsageError(f"--{flag} {getattr(args, flag, c.get(flag))}: it acts only with {acts[flag][1]}, which this "

@@ -256,6 +256,8 @@ def test_a_lora_rank_above_the_width_and_a_transfer_from_another_model_are_refus
     (["--short_steps", "0", "--short_len", "8"], "--short_len 8: it acts only with --short_steps N"),
     (["--model", "softmax", "--causal_scale", "t"], "--causal_scale t: it acts only with simple attention"),
     (["--model", "softmax", "--chunk", "8"], "--chunk 8: it acts only with simple attention"),
+    (["--model", "transject", "--sigma", "random", "--sigma_loss_weight", "1"],
+     "--sigma_loss_weight 1.0: it acts only with --sigma learned"),
 ])
 def test_a_flag_that_would_change_nothing_is_refused(no_data, tmp_path, flags, said):
     with pytest.raises(train.UsageError) as e:
