@@ -25,6 +25,7 @@ from tasks.sources import check_tokenizer, encode_batch, get_tokenizer, hf_rows,
 PTB_LAYOUT = ("DIR with Mikolov's ptb.train.txt, ptb.valid.txt, ptb.test.txt (simple-examples.tgz; DIR may "
               "also hold simple-examples/data/ or ptb/)")
 PTB_FILES = {"train": "ptb.train.txt", "val": "ptb.valid.txt", "test": "ptb.test.txt"}
+CHECK_CHUNK = 1 << 26                                        # ids of a .bin checked at a time (128 MiB of uint16)
 
 
 def ptb_files(data_dir):
@@ -222,8 +223,8 @@ def check_ids(path, dtype, vocab, whose, stamps):
         if f.read() == record:
             return
     ids = load_bin(path, dtype)
-    for start in range(0, len(ids), 1 << 26):
-        chunk = ids[start:start + (1 << 26)]
+    for start in range(0, len(ids), CHECK_CHUNK):
+        chunk = ids[start:start + CHECK_CHUNK]
         if chunk.max() >= vocab:
             i = int(np.argmax(chunk >= vocab))
             raise DataError(f"{path} holds id {chunk[i]} (at position {start + i:,}), outside {whose}")

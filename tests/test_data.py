@@ -767,8 +767,9 @@ def test_random_batches_of_a_mapped_file_do_not_keep_its_pages(tmp_path):
     assert (w.numpy() == np.stack([s[:1000], s[18_998_999:18_999_999]])).all() and (y[1, -1] == s[18_999_999])
 
 
-@pytest.mark.parametrize("position", [0, 1, 998, 999])
-def test_an_id_outside_the_vocabulary_is_found_at_either_end_of_a_bin(position, tmp_path):
+@pytest.mark.parametrize("position", [0, 1, 99, 100, 998, 999])
+def test_an_id_outside_the_vocabulary_is_found_at_either_end_of_a_bin(position, tmp_path, monkeypatch):
+    monkeypatch.setattr(lm, "CHECK_CHUNK", 100)              # read in chunks of 100 ids: each chunk's ends too
     ids = np.ones(1000, np.uint16)
     ids[position] = 50257
     ids.tofile(tmp_path / "train.bin")
