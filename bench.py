@@ -251,7 +251,7 @@ def check_sizes(args, device, models, lengths):
     """Before any work, one line if the benchmark cannot run: the largest training step's memory, from step_cost at
     three short lengths (a + b L + c L^2), against the memory free here, and the whole benchmark's FLOPs at this
     machine's matmul rate against --max_minutes."""
-    lengths = sorted({*lengths, *getattr(args, "context_list", [])})
+    lengths = sorted({*lengths, *(contexts := getattr(args, "context_list", []))})
     if not lengths or not models:
         return
     kind = torch.device(device).type
@@ -267,9 +267,10 @@ def check_sizes(args, device, models, lengths):
         need = memory(lengths[-1])
         if need > free:
             fits = [2 ** k for k in range(6, 40) if memory(2 ** k) <= free]
-            raise UsageError(f"--lengths {lengths[-1]:,}: {m}'s training step there needs about "
-                             f"{need / 2 ** 30:,.0f} GiB and {free / 2 ** 30:,.0f} GiB are free here: use lengths "
-                             f"up to about {fits[-1] if fits else 0:,} (or a smaller --batch or model)")
+            raise UsageError(f"--{'contexts' if lengths[-1] in contexts else 'lengths'} {lengths[-1]:,}: {m}'s "
+                             f"training step there needs about {need / 2 ** 30:,.0f} GiB and {free / 2 ** 30:,.0f} GiB "
+                             f"are free here: use lengths up to about {fits[-1] if fits else 0:,} (or a smaller "
+                             "--batch or model)")
     seconds += args.repeats * 2 * matmul_size(device) ** 3 * 20 / rate     # each round's matmul_rate (20 products)
     if seconds > 60 * args.max_minutes:
         raise UsageError(f"this benchmark would take about {seconds / 60:,.{0 if seconds >= 60 else 2}f} minutes here "
@@ -450,10 +451,9 @@ def write_results(args, device, records, ratios):
                                            "peak_mem_mb": PEAK_MEM_NOTE[torch.device(device).type]})
     md = speed_table(records, ratios, machine)
     data.atomic_write_text(os.path.join(args.out, "speed.md"), md)
-    pngs = [plot_speed(records, args.out, machine)] if any(
-        "config" not in r and r["mode"] != "generate" for r in records) else []
-    if any(r["mode"] == "generate" for r in records):
-        pngs.append(plot_generate(records, args.out, machine))
+    speed = any("config" not in r and r["mode"] != "generate" for r in records)
+    pngs = [plot_speed(records, args.out, machine)] if speed else []
+    pngs += [plot_generate(records, args.out, machine)] if any(r["mode"] == "generate" for r in records) else []
     print(md)
     print(f"wrote {path}, {os.path.join(args.out, 'speed.md')}" + "".join(f", {p}" for p in pngs))
 
@@ -917,6 +917,11 @@ def parse(argv):
     p.add_argument("--cache_dir", default="data", help="--loop: train.py's --cache_dir")
     p.add_argument("--max_minutes", type=float, default=60, help="refuse a benchmark estimated to take longer")
     args = p.parse_args(argv)
+    moot = next((f"--{f} {getattr(args, f)}: it acts only with {need}; leave it out" for f, used, need in (
+        ("contexts", args.generate, "--generate"), ("new_tokens", args.generate, "--generate"), ("cache_dir", args.loop
+         or args.wall, "--loop or --wall")) if not used and getattr(args, f) != p.get_default(f)), None)
+    if moot:                                                 # a flag honoured or refused, never dropped
+        raise UsageError(moot)
     check(args)
     return args
 

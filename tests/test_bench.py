@@ -152,6 +152,11 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
     (["--infer_only", "--checkpointing"], "--checkpointing recomputes blocks in the backward pass, which --infer_only "
                                           "does not run"),
     (["--compare_only", "--infer_only"], "--compare_only times training steps, which --infer_only leaves out"),
+    (["--contexts", "8"], "--contexts 8: it acts only with --generate; leave it out"),        # was dropped
+    (["--new_tokens", "5"], "--new_tokens 5: it acts only with --generate; leave it out"),
+    (["--cache_dir", "x"], "--cache_dir x: it acts only with --loop or --wall; leave it out"),
+    (["--generate", "--lengths", "", "--contexts", "1000000000", "--models", "simpletron"],
+     "--contexts 1,000,000,000: simpletron's training step there needs about"),
     (["--models", "softmax", "--lengths", "16", "--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--repeats",
       str(10**7)], "this benchmark would take about")])             # each round's matmul rate: ~0.1 s here
 def test_nothing_runs_on_an_empty_list_or_a_size_beyond_the_machine(argv, words, tmp_path):
