@@ -872,10 +872,7 @@ def write_block(name, text, path=RESULTS_MD):
     else:
         doc = doc.rstrip("\n") + f"\n\n{block}\n"
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(doc)
-    os.replace(tmp, path)
+    data.atomic_write_text(path, doc)
 
 
 def chosen_rows(name, wanted):

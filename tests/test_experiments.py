@@ -169,3 +169,16 @@ def test_task_of_rebuilds_the_runs_own_task_from_its_metrics(tmp_path):
     assert a == {**args, "block_size": None} and task.block_size == 24
     assert [len(task.split(s)) for s in ("train", "val", "test")] == [40, 6, 8]
     assert os.listdir(tmp_path / "cache") == ["listops-depth3-args2-3-len5-20-n40-6-8"]
+
+
+def test_write_block_replaces_its_own_block_alone_and_appends_a_new_one(tmp_path):
+    path = tmp_path / "docs" / "results.md"
+    experiments.write_block("a", "one", str(path))                        # no file yet: a title, then the block
+    assert path.read_text() == "# Results\n\n<!-- results:a -->\none\n<!-- /results:a -->\n"
+    path.write_text("intro\n<!-- results:a -->\nold\nrows\n<!-- /results:a -->\nafter\n")
+    experiments.write_block("a", "new", str(path))
+    assert path.read_text() == "intro\n<!-- results:a -->\nnew\n<!-- /results:a -->\nafter\n"
+    experiments.write_block("b", "two", str(path))
+    assert path.read_text() == ("intro\n<!-- results:a -->\nnew\n<!-- /results:a -->\nafter\n\n<!-- results:b -->\ntwo"
+                                "\n<!-- /results:b -->\n")
+    assert os.listdir(path.parent) == ["results.md"]                      # no temporary file left

@@ -415,6 +415,9 @@ def test_report_only_reads_an_evaluation_that_has_a_test_split_only(tmp_path, mo
         f.write(json.dumps({"step": 1, "loss": 1.0, "acc": 0.25}) + "\n")
     experiments.main(["recall", "--report_only", "--seeds", "0"])
     assert "| mqar | 64 | 4 | 32 | GPT | 8,192 | 50.00 ± 0.00 |" in (tmp_path / "recall.md").read_text()
+    (tmp_path / "recall.md").write_text("as it was\n")
+    experiments.main(["recall", "--report_only", "--seeds", "0", "--rows", experiments.slug(row.name)])
+    assert (tmp_path / "recall.md").read_text() == "as it was\n"         # --rows: printed, the docs as they are
     with open(os.path.join(held, "metrics.json"), "w") as f:
         json.dump({k: v for k, v in m.items() if k != "test_loss"}, f)
     with pytest.raises(experiments.UsageError, match="has no 'test_loss'"):
