@@ -503,11 +503,11 @@ def check_args(args):
     if args.schedule == "rsqrt" and args.warmup < 1:
         raise UsageError(f"--warmup {args.warmup}: the rsqrt schedule divides by it, allowed is an integer >= 1")
     check_device(args.device)
-    check_tokenizer(args.tokenizer, args.task)
     own = inspect.signature(data.TASKS[args.task]).parameters if args.task in data.TASKS else {}
-    other = next((k for k in TASK_FLAGS if k not in own and getattr(args, k) != DEFAULTS[k]), None)
+    other = next((k for k in (*TASK_FLAGS, "tokenizer") if k not in own and getattr(args, k) != DEFAULTS[k]), None)
     if other:                                                # (a generated task's flag given to another task)
         raise UsageError(f"--{other} {getattr(args, other)}: task {args.task} has no such setting; leave it out")
+    check_tokenizer(args.tokenizer, args.task)
     for flag in ("out_dir", "cache_dir"):                    # folders this run writes (a read-only cache: read)
         if flag == "cache_dir" and not data.cache_dir_problem(args.cache_dir):
             continue

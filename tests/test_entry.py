@@ -725,6 +725,8 @@ def test_bench_nanogpt_that_is_no_nanogpt_is_one_line(name, code, words, tmp_pat
     (["--task", "listops", "--recall_len", "32"], "--recall_len 32: task listops has no such setting"),
     (["--task", "mqar", "--listops_depth", "4"], "--listops_depth 4: task mqar has no such setting"),
     (["--task", "induction", "--recall_pairs", "3"], "--recall_pairs 3: task induction has no such setting"),
+    (["--task", "listops", "--tokenizer", "byte"], "--tokenizer byte: task listops has no such setting"),
+    (["--task", "copy", "--tokenizer", "char"], "--tokenizer char: task copy has no such setting"),
 ])
 def test_a_generated_tasks_flag_given_to_a_task_without_it_is_one_line(argv, words, w, tmp_path):
     with pytest.raises((config.UsageError, data.DataError), match=words):
