@@ -86,7 +86,7 @@ class RunDir:
                                  "choose another --out_dir")
         self.take_lock()
         try:
-            if not (args.resume or args.eval_only):
+            if not args.resume:
                 self.check_new_run(args.overwrite)
             data.remove_stale_temps(self.path)               # what a killed checkpoint write left
         except BaseException:
@@ -125,14 +125,19 @@ class RunDir:
         raise UsageError(f"{self.path}: another train.py took its lock at the same time; choose another --out_dir")
 
     def check_new_run(self, overwrite):
-        """A new run never writes over another run's checkpoint unless told to (--overwrite: its files go)."""
-        if not os.path.exists(self.file("ckpt.pt")):
+        """A new run or evaluation never writes over another's checkpoint or results unless told to (--overwrite:
+        its files go)."""
+        held = [n for n in ("ckpt.pt", "best.pt", "metrics.json") if os.path.lexists(self.file(n))]
+        if not held:
             return
-        if not overwrite:
+        if not overwrite and held[0] == "ckpt.pt":
             step = checkpoint_step(self.file("ckpt.pt"))
             raise UsageError(f"{self.path} holds a run (ckpt.pt{'' if step is None else f' at step {step}'}): "
                              "--resume to continue it, --overwrite to replace it, or another --out_dir")
-        self.discard("ckpt.pt", "best.pt", "metrics.json", "loss.png")
+        if not overwrite:
+            raise UsageError(f"{self.path} holds the results of a run or an evaluation ({', '.join(held)}): "
+                             "--overwrite to replace them, or another --out_dir")
+        self.discard("ckpt.pt", "best.pt", "loss.png")      # (metrics.json: replaced whole, or by train_session)
 
     def discard(self, *names):
         if self.master:

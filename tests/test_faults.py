@@ -262,8 +262,8 @@ def test_a_full_disk_while_writing_metrics_json_keeps_the_earlier_file(lra, tmp_
     run("--data_dir", lra, *TINY, "--max_iters", "2", "--out_dir", out)
     run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", tmp_path / "ev")
     state = full_disk(monkeypatch, data, "metrics.json")
-    with pytest.raises(data.DataError) as e:
-        run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", tmp_path / "ev")
+    with pytest.raises(data.DataError) as e:                 # (--overwrite: the earlier evaluation is replaced)
+        run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", tmp_path / "ev", "--overwrite")
     one_line(e, f"cannot write {tmp_path / 'ev' / 'metrics.json'}: No space left on device")
     assert (tmp_path / "ev" / "metrics.json").read_bytes() == state["before"] and leftovers(tmp_path / "ev") == []
 
@@ -356,8 +356,21 @@ def test_a_new_run_never_replaces_another_unless_told(lra, tmp_path, monkeypatch
     m = run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "5", "--out_dir", out, "--overwrite")
     assert m["iters"] == 2 and torch.load(out / "best.pt", map_location="cpu", weights_only=True)["iter"] == 2
     assert max(r["step"] for r in records(out)) == 2         # a new log
-    run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", out.parent / "ev")
-    run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", out.parent / "ev")   # evaluations: no guard
+    ev = out.parent / "ev"
+    run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", ev)
+    before = (ev / "metrics.json").read_bytes()
+    for argv, said in (([], "the results of a run or an evaluation (metrics.json): --overwrite to replace them"),
+                       (["--eval_only", "--init_from", out / "best.pt"], "the results of a run or an evaluation "
+                        "(metrics.json): --overwrite to replace them")):     # a new run, an evaluation: the same
+        with pytest.raises(train.UsageError) as e:
+            run("--data_dir", lra, *TINY, "--max_iters", "1", *argv, "--out_dir", ev)
+        assert one_line(e) == f"{ev} holds {said}, or another --out_dir"
+        assert (ev / "metrics.json").read_bytes() == before
+    __import__("shutil").copytree(out, out.parent / "o2")
+    with pytest.raises(train.UsageError) as e:               # an evaluation into another run's folder
+        run("--init_from", out / "best.pt", "--eval_only", "--out_dir", out.parent / "o2")
+    one_line(e, f"{out.parent / 'o2'} holds a run (ckpt.pt at step 2)")
+    run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", ev, "--overwrite")            # told: replaced
 
 
 # ----------------------------------------------------------------------------------------------
