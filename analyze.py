@@ -662,7 +662,7 @@ def read_attention_std(run):
     label = os.path.basename(os.path.abspath(run))
     meta = os.path.join(run, "metrics.json")
     if not data.file_problem(meta):
-        with data.reading(meta, "is damaged"), open(meta) as f:
+        with data.reading(meta, "is damaged"), open(meta, encoding="utf-8-sig") as f:
             acc = dict(json.load(f)).get("test_acc")          # (not a JSON object: damaged too)
         label += f" (test acc {100 * acc:.1f}%)" if isinstance(acc, (int, float)) else ""
     return records, label

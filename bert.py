@@ -131,12 +131,12 @@ def read_bert_config(folder):
     if not os.path.isdir(folder):
         raise DataError(f"--init_from_bert {folder} is not a folder; give {BERT_FOLDER}")
     try:
-        with open(os.path.join(folder, "config.json")) as f:
+        with open(os.path.join(folder, "config.json"), encoding="utf-8-sig") as f:
             config = json.load(f)
         need = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
                 "max_position_embeddings")
         missing = [k for k in need if k not in config]
-    except (OSError, ValueError, TypeError) as e:
+    except (OSError, ValueError, TypeError, RecursionError) as e:
         raise DataError(f"--init_from_bert {folder}: cannot read config.json ({e}); give {BERT_FOLDER}") from None
     if missing:
         raise DataError(f"--init_from_bert {folder}: config.json has no {', '.join(missing)}: not a BERT config")

@@ -28,7 +28,7 @@ def record(line):
     """A log line's record (a JSON object with a step), or None (e.g. a line still being written)."""
     try:
         r = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return r if isinstance(r, dict) and isinstance(r.get("step"), (int, float)) and math.isfinite(r["step"]) else None
 

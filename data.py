@@ -528,7 +528,7 @@ def release(task_name, data_dir, layout, names, subdirs=(), optional=()):
 
 
 # what a reader of a file in a foreign, truncated or damaged format may raise (PIL, numpy, pickle, csv, zip)
-FORMAT_ERRORS = (EOFError, ValueError, SyntaxError, KeyError, IndexError, TypeError, OverflowError,
+FORMAT_ERRORS = (EOFError, ValueError, SyntaxError, KeyError, IndexError, TypeError, OverflowError, RecursionError,
                  pickle.UnpicklingError, csv.Error, struct.error, zlib.error, zipfile.BadZipFile)
 
 
@@ -643,7 +643,8 @@ def save_json(path, obj):
 
 
 def load_json(path):
-    with reading(path, "is damaged", f"; delete {os.path.dirname(path)} to rebuild it"), open(path) as f:
+    with reading(path, "is damaged", f"; delete {os.path.dirname(path)} to rebuild it"), open(
+            path, encoding="utf-8-sig") as f:                # (a byte-order mark, as an editor may write: skipped)
         return json.load(f)
 
 
@@ -693,7 +694,7 @@ def cache_problem(folder):
         entries = [(name, int(e["size"]), int(e["crc32"]), list(e["stamp"])) for name, e in files.items()]
     except FileNotFoundError:
         return f"has no {MANIFEST} (a build cut short, or an earlier version's)"
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return f"has a damaged {MANIFEST}"
     changed = False
     for name, size, crc, stamp in entries:

@@ -776,7 +776,8 @@ def load_metrics(d):
     if data.file_problem(path):
         raise UsageError(f"{path} {data.file_problem(path)}: the run has not finished; run its table without "
                          "--report_only")
-    with data.reading(path, "is damaged", f"; delete {d} and run its table again"), open(path) as f:
+    with data.reading(path, "is damaged", f"; delete {d} and run its table again"), open(
+            path, encoding="utf-8-sig") as f:                # (a byte-order mark, as an editor may write: skipped)
         m = json.load(f)
     best = m.get("best") if isinstance(m, dict) and isinstance(m.get("best"), dict) else {}
     bad = "it is no JSON object" if not isinstance(m, dict) else next((f"its {k} is no number" for k, v in [

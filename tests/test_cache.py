@@ -503,3 +503,18 @@ def test_a_local_sources_key_follows_the_path_size_and_time_of_each_file(tmp_pat
     a.write_text("one two three")                            # another size at the old time
     os.utime(a, ns=(0, os.stat(b).st_mtime_ns))
     assert data.source_key([str(a)]) != key
+
+
+def test_load_json_skips_a_byte_order_mark_and_refuses_deep_nesting_in_one_line(tmp_path):
+    path = tmp_path / "c" / "meta.json"
+    path.parent.mkdir()
+    path.write_bytes(b"\xef\xbb\xbf" + b'{"vocab": 3}')
+    assert data.load_json(str(path)) == {"vocab": 3}
+    path.write_bytes(b"[" * 100_000 + b"]" * 100_000)           # Python's json: RecursionError
+    with pytest.raises(data.DataError) as e:
+        data.load_json(str(path))
+    assert str(e.value).startswith(f"{path}: is damaged (RecursionError: ") and "\n" not in str(e.value)
+    assert str(e.value).endswith(f"; delete {path.parent} to rebuild it")
+    (tmp_path / "c" / "x.npy").write_bytes(b"x")
+    (tmp_path / "c" / "manifest.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    assert data.cache_problem(str(tmp_path / "c")) == "has a damaged manifest.json"

@@ -290,6 +290,8 @@ CASES = [
     (A, "curves of a file", lambda w, t: ["curves", w.txt, "--out", t / "a"], "log.jsonl"),
     (A, "curves of a binary log", lambda w, t: ["curves", log_file(t, BINARY), "--out", t / "a"], "log.jsonl"),
     (A, "curves of an empty log", lambda w, t: ["curves", log_file(t, b""), "--out", t / "a"], "log.jsonl"),
+    (A, "curves of a log nested 100,000 deep", lambda w, t: ["curves", log_file(t, b"[" * 10**5 + b"]" * 10**5), "--out",
+                                                           t / "a"], "log.jsonl"),
     (A, "curves of a log of other JSON", lambda w, t: ["curves", log_file(t, b'[1, 2]\n"x"\n'), "--out", t / "a"],
      "log.jsonl"),
     (A, "curves of a log that is a folder", lambda w, t: ["curves", log_file(t, None), "--out", t / "a"], "folder"),
@@ -331,6 +333,7 @@ CASES = [
                       ("a list", b"[1, 2]"), ("without numbers", b"{}"), ("of text", b'{"val_acc": "high"}'),
                       ("with seconds of text", b'{"val_loss": 1.0, "n_params": 10, "seconds": "long"}'),
                       ("with a best of text", b'{"val_loss": 1.0, "n_params": 10, "best": {"test_acc": "x"}}'),
+                      ("100,000 lists deep", b"[" * 100_000 + b"]" * 100_000),     # json: a RecursionError
                       ("without the table's accuracy", b'{"val_loss": 1.0, "n_params": 10, "test_loss": 1.0}'))],
     (E, "results.md a folder", lambda w, t: [(t / "results.md").mkdir(), "transfer", "--report_only", "--seeds",
                                              "0"][1:], "results.md"),

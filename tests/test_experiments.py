@@ -182,3 +182,8 @@ def test_write_block_replaces_its_own_block_alone_and_appends_a_new_one(tmp_path
     assert path.read_text() == ("intro\n<!-- results:a -->\nnew\n<!-- /results:a -->\nafter\n\n<!-- results:b -->\ntwo"
                                 "\n<!-- /results:b -->\n")
     assert os.listdir(path.parent) == ["results.md"]                      # no temporary file left
+
+
+def test_load_metrics_reads_a_file_an_editor_saved_with_a_byte_order_mark(tmp_path):
+    (tmp_path / "metrics.json").write_bytes(b"\xef\xbb\xbf" + json.dumps({"val_loss": 1.5, "n_params": 3}).encode())
+    assert experiments.load_metrics(str(tmp_path))["val_loss"] == 1.5
