@@ -696,17 +696,19 @@ def commands(name, table, seeds, data_dir, bert_dir=None):
 
 
 def check_data(cmds):
-    """The first run still to do, its flags and its data checked by train.py's own code in this process before any
-    run starts: bad input is one line, not every run failing in turn."""
-    todo = [a for d, a in cmds if "--init_from" not in a and not os.path.isfile(os.path.join(d, "metrics.json"))]
-    if todo:
-        here = os.getcwd()
-        try:
-            os.chdir(ROOT)                                   # where the runs start
-            args, _, _, _, _, config_dict = runsetup.settings(shlex.split(todo[0]))
-            train.open_task(args, config_dict, types.SimpleNamespace(on=False))
-        finally:
-            os.chdir(here)
+    """Every run still to do, its flags checked by train.py's own code in this process before any run starts, and
+    the first one's data: bad input is one line, not runs failing in turn (an evaluation's checkpoint is not there
+    yet: left to its run)."""
+    todo = [a for d, a in cmds if "--init_from" not in shlex.split(a) and not os.path.isfile(f"{d}/metrics.json")]
+    here = os.getcwd()
+    try:
+        os.chdir(ROOT)                                       # where the runs start
+        for i, a in enumerate(todo):
+            args, _, _, _, _, config_dict = runsetup.settings(shlex.split(a))
+            if i == 0:
+                train.open_task(args, config_dict, types.SimpleNamespace(on=False))
+    finally:
+        os.chdir(here)
 
 
 def run_all(cmds, jobs):

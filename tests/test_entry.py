@@ -317,6 +317,8 @@ CASES = [
     (E, "listops-lra --data_dir a file", lambda w, t: ["listops-lra", "--data_dir", w.txt], "is not a folder"),
     (E, "--bert_dir missing", lambda w, t: ["agnews"], "--bert_dir"),
     (E, "--bert_dir a file", lambda w, t: ["agnews", "--bert_dir", w.txt], "--bert_dir"),
+    (E, "--bert_dir a folder without config.json", lambda w, t: ["agnews", "--bert_dir", w.dir, "--seeds", "0"],
+     "config.json"),                                         # (its first runs need no BERT: every run checked)
     (E, "--bert_dir for a table without BERT", lambda w, t: ["transfer", "--bert_dir", w.dir],
      "--bert_dir: no row of transfer reads a BERT folder"),
     (E, "--report_only with an unknown row", lambda w, t: ["transfer", "--report_only", "--rows", "nothing"],
