@@ -942,8 +942,8 @@ def check(args):
             if not run:
                 raise UsageError("curves: a run folder is an empty string; give the folder of a train.py run")
             path = os.path.join(run, "log.jsonl")
-            problem = data.file_problem(path) or (None if any(list(map(curves.record, data.read_lines(path)))) else
-                                                  "holds no record of a step")
+            log = None if data.file_problem(path) else curves.read_log(path)
+            problem = data.file_problem(path) or (None if log["train"] or log["val"] else "holds no record of a step")
             if problem:
                 raise UsageError(f"{run}: {path} {problem} (a folder of python train.py ...)")
 

@@ -292,6 +292,8 @@ CASES = [
     (A, "curves of an empty log", lambda w, t: ["curves", log_file(t, b""), "--out", t / "a"], "log.jsonl"),
     (A, "curves of a log nested 100,000 deep", lambda w, t: ["curves", log_file(t, b"[" * 10**5 + b"]" * 10**5), "--out",
                                                            t / "a"], "log.jsonl"),
+    (A, "curves of a log of a resumption alone", lambda w, t: ["curves", log_file(
+        t, b'{"step": 2, "resumed": true, "time": 0.5}\n'), "--out", t / "a"], "holds no record of a step"),
     (A, "curves of a log of other JSON", lambda w, t: ["curves", log_file(t, b'[1, 2]\n"x"\n'), "--out", t / "a"],
      "log.jsonl"),
     (A, "curves of a log that is a folder", lambda w, t: ["curves", log_file(t, None), "--out", t / "a"], "folder"),
