@@ -612,9 +612,10 @@ def load_checkpoint(path, need=()):
         with warnings.catch_warnings():                     # torch warns about the pickle protocol of foreign files
             warnings.simplefilter("ignore")
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        with zipfile.ZipFile(path) as z:                     # torch.save's zip: bytes changed since, another CRC-32
-            if z.testzip() is not None:
-                raise zipfile.BadZipFile
+        if zipfile.is_zipfile(path):                         # torch.save's zip: bytes changed since, another CRC-32
+            with zipfile.ZipFile(path) as z:                 # (the legacy format, torch < 1.6, has no checksum)
+                if z.testzip() is not None:
+                    raise zipfile.BadZipFile
     except Exception as e:                                   # torch's message is not passed on: it names an unsafe way
         why = ("it holds Python objects other than tensors and plain values, which are not loaded"
                if isinstance(e, pickle.UnpicklingError) and "Unsupported global" in str(e)

@@ -635,3 +635,16 @@ def test_a_finished_run_evaluated_again_keeps_its_metrics_json_until_the_new_one
     with pytest.raises(OSError):
         run("--resume", "--out_dir", out, "--max_iters", "3")
     assert not (out / "metrics.json").exists()
+
+
+def test_a_checkpoint_in_torchs_legacy_format_loads_and_one_edited_after_saving_is_refused(lra, tmp_path):
+    run("--data_dir", lra, *TINY, "--max_iters", "1", "--out_dir", tmp_path / "o")
+    ckpt = torch.load(tmp_path / "o" / "ckpt.pt", map_location="cpu", weights_only=True)
+    torch.save(ckpt, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)      # torch < 1.6's format
+    assert config.load_checkpoint(str(tmp_path / "legacy.pt"))["iter"] == 1
+    raw = bytearray((tmp_path / "o" / "ckpt.pt").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF                                                           # one byte of a tensor
+    (tmp_path / "edited.pt").write_bytes(raw)
+    with pytest.raises(config.UsageError) as e:
+        config.load_checkpoint(str(tmp_path / "edited.pt"))
+    one_line(e, "is not a readable train.py checkpoint (truncated, damaged, or not written by torch.save)")
