@@ -636,7 +636,10 @@ def load_checkpoint(path, need=()):
 def model_of_checkpoint(ckpt, path):
     """The model of a checkpoint read by load_checkpoint: its config within the limits, its weights fitting the
     model and finite; otherwise one UsageError naming PATH."""
-    check_config(ckpt["model_name"], ckpt["config"])       # every value within its limits
+    try:
+        check_config(ckpt["model_name"], ckpt["config"])   # every value within its limits
+    except UsageError as e:                                  # (no flag of the user's: the file's setting)
+        raise UsageError(f"{path}: its model settings are damaged ({str(e).removeprefix('--')})") from None
     model = build_model(ckpt["model_name"], ckpt["config"])
     load_weights(model, ckpt["model"], path)
     return model

@@ -151,11 +151,11 @@ CASES = [
     (S, "weights of another shape", lambda w, t: ["--ckpt", edited(w, t, model=lambda c: {
         k: torch.zeros(3) for k in c["model"]})], "do not fit"),
     (S, "a config of the wrong type", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
-        **c["config"], "n_embd": "wide"})], "--n_embd wide"),
+        **c["config"], "n_embd": "wide"})], "its model settings are damaged (n_embd wide: allowed is"),
     (S, "a config with a field the model lacks", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
         **c["config"], "colour": 3})], "bad model settings"),
     (S, "a negative width in its config", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
-        **c["config"], "n_embd": -16})], "--n_embd -16"),
+        **c["config"], "n_embd": -16})], "its model settings are damaged (n_embd -16: allowed is"),
     (S, "a checkpoint with bytes changed", lambda w, t: ["--ckpt", flipped(w, t)], "not a readable train.py checkpoint"),
     (S, "a config without vocab_size", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
         k: v for k, v in c["config"].items() if k != "vocab_size"})], "do not fit"),
