@@ -697,9 +697,10 @@ def commands(name, table, seeds, data_dir, bert_dir=None):
 
 def check_data(cmds):
     """Every run still to do, its flags checked by train.py's own code in this process before any run starts, and
-    the first one's data: bad input is one line, not runs failing in turn (an evaluation's checkpoint is not there
-    yet: left to its run)."""
-    todo = [a for d, a in cmds if "--init_from" not in shlex.split(a) and not os.path.isfile(f"{d}/metrics.json")]
+    the first one's data: bad input is one line, not runs failing in turn (a run from another's checkpoint, not
+    there yet: left to itself)."""
+    todo = [a for d, a in cmds if not {"--init_from", "--transfer_from"} & set(shlex.split(a))
+            and not os.path.isfile(f"{d}/metrics.json")]
     here = os.getcwd()
     try:
         os.chdir(ROOT)                                       # where the runs start
@@ -752,13 +753,10 @@ def run_all(cmds, jobs):
 def reap(running):
     """Wait a moment; return the runs still going, and say which failed."""
     time.sleep(1)
-    going = []
     for d, p in running:
-        if p.poll() is None:
-            going.append((d, p))
-        elif p.returncode != 0:
+        if p.poll() not in (None, 0):
             print(f"  failed (exit {p.returncode}): see {d}/stdout.txt", flush=True)
-    return going
+    return [(d, p) for d, p in running if p.returncode is None]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -217,7 +217,7 @@ CASES = [
         k: v * float("inf") if v.is_floating_point() else v for k, v in c["model"].items()}), "--out", t / "a"],
      "not finite"),
     (A, "activation of a config out of its limits", lambda w, t: ["activation", "--ckpt", edited(w, t, config=lambda c: {
-        **c["config"], "n_layer": 0}), "--out", t / "a"], "--n_layer 0"),
+        **c["config"], "n_layer": 0}), "--out", t / "a"], "its model settings are damaged (n_layer 0"),
     (A, "spectra of TransJect", lambda w, t: ["spectra", "--ckpt", transject_ckpt(t), "--out", t / "a"], "TransJect"),
     (A, "spectra of two checkpoints", lambda w, t: ["spectra", "--ckpt", w.lm, "--ckpt", w.cls, "--out", t / "a"],
      "one --ckpt"),
