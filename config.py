@@ -545,6 +545,13 @@ def check_moot(args, typed, config):
             "short_len": (args.short_steps > 0, "--short_steps N"),
             "causal_scale": simple, "chunk": simple,
             "sigma_loss_weight": (c.get("sigma") == "learned", "--sigma learned")}
+    trains = next((k for k in ("max_iters", "lr", "schedule", "warmup", "min_lr", "lr_decay_iters", "weight_decay",
+                               "beta1", "beta2", "eps", "grad_clip", "gate_lr_scale", "grad_accum", "eval_interval",
+                               "log_interval", "attn_std_interval", "short_steps", "short_len", "time_limit",
+                               "n_train", "dropout", "lora_alpha") if k in typed), None) if args.eval_only else None
+    if trains:
+        raise UsageError(f"--{trains} {getattr(args, trains, c.get(trains))}: a setting of training, and --eval_only "
+                         "trains nothing; leave it out")
     flag = next((k for k, (used, _) in acts.items() if k in typed and not used), None)
     if flag:
         raise UsageError(f"--{flag} {getattr(args, flag, c.get(flag))}: it acts only with {acts[flag][1]}, which this "

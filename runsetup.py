@@ -68,7 +68,7 @@ def check_run_record(ckpt, out_dir):
     number = lambda v: finite(v) and v >= 0
     best = ckpt.get("best")
     fine = {"iter": lambda v: not isinstance(ckpt["args"].get("max_iters"), int) or v <= ckpt["args"]["max_iters"],
-            "time": number, "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+            "time": number, "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 2**16,
             "gate_start": lambda v: isinstance(v, dict) and all(map(finite, v.values())),
             "best": lambda v: v is None or isinstance(v, dict) and isinstance(v.get("step"), int)
             and 0 <= v["step"] <= ckpt["iter"] and len(v) == 2 and number(v.get("val_loss", v.get("val_acc")))}
@@ -136,7 +136,7 @@ def resume_state(args, given):
     if args.overwrite:
         raise UsageError(f"--overwrite with --resume: --resume continues the run in {args.out_dir}, --overwrite "
                          "would start a new one over it; give one of them")
-    ckpt = load_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), need=("optimizer", "iter"))
+    ckpt = load_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), need=("optimizer", "iter", "best"))
     changed = []
     for k in sorted(given - {"resume", "out_dir", "overwrite"}):
         run = ckpt["args"] if k in ckpt["args"] else ckpt["config"]
@@ -165,6 +165,10 @@ def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):
     """The Config fields the task decides (vocabulary, length, head, classes) where the settings leave them open.
     A checkpoint's model must fit the task as it is; BERT's gets a new classifier."""
     fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=task.kind, n_classes=task.n_classes)
+    causal = next((k for k in ("chunk", "causal_scale") if k in config_dict), None)
+    if causal and task.kind != "lm" and not from_checkpoint:  # (no preset sets them: given)
+        raise UsageError(f"--{causal} {config_dict[causal]}: it acts only with a language model's causal attention, "
+                         f"and task {task_name} is a classifier; leave it out")
     for k in ("vocab_size", "head", "n_classes"):
         if from_checkpoint and config_dict[k] != fields[k]:
             raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {task_name} needs {fields[k]}")

@@ -359,11 +359,10 @@ def test_a_new_run_never_replaces_another_unless_told(lra, tmp_path, monkeypatch
     ev = out.parent / "ev"
     run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", ev)
     before = (ev / "metrics.json").read_bytes()
-    for argv, said in (([], "the results of a run or an evaluation (metrics.json): --overwrite to replace them"),
-                       (["--eval_only", "--init_from", out / "best.pt"], "the results of a run or an evaluation "
-                        "(metrics.json): --overwrite to replace them")):     # a new run, an evaluation: the same
-        with pytest.raises(train.UsageError) as e:
-            run("--data_dir", lra, *TINY, "--max_iters", "1", *argv, "--out_dir", ev)
+    for argv in (["--data_dir", lra, *TINY, "--max_iters", "1"], ["--eval_only", "--init_from", out / "best.pt"]):
+        with pytest.raises(train.UsageError) as e:           # a new run, an evaluation: the same
+            run(*argv, "--out_dir", ev)
+        said = "the results of a run or an evaluation (metrics.json): --overwrite to replace them"
         assert one_line(e) == f"{ev} holds {said}, or another --out_dir"
         assert (ev / "metrics.json").read_bytes() == before
     __import__("shutil").copytree(out, out.parent / "o2")
@@ -399,6 +398,7 @@ def edit_ckpt(path, **change):
     (dict(best=lambda c: {"step": 2, "val_acc": 0.5, "x": 1}), "its record 'best' is damaged"),
     (dict(world_size=0), "its record 'world_size' is damaged (0)"),
     (dict(world_size=True), "its record 'world_size' is damaged (True)"),
+    (dict(world_size=2**70), "its record 'world_size' is damaged (1180591620717411303424)"),     # was a traceback
     (dict(time="x"), "its record 'time' is damaged ('x')"),
     (dict(time=-1.0), "its record 'time' is damaged (-1.0)"),
     (dict(gate_start={"a": "x"}), "its record 'gate_start' is damaged"),
@@ -648,3 +648,13 @@ def test_a_checkpoint_in_torchs_legacy_format_loads_and_one_edited_after_saving_
     with pytest.raises(config.UsageError) as e:
         config.load_checkpoint(str(tmp_path / "edited.pt"))
     one_line(e, "is not a readable train.py checkpoint (truncated, damaged, or not written by torch.save)")
+
+
+def test_a_ckpt_pt_without_its_best_record_is_refused_not_its_best_pt_forgotten(lra, tmp_path):
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "o")
+    ckpt = torch.load(tmp_path / "o" / "ckpt.pt", map_location="cpu", weights_only=True)
+    del ckpt["best"]
+    torch.save(ckpt, tmp_path / "o" / "ckpt.pt")
+    with pytest.raises(train.UsageError) as e:
+        run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
+    one_line(e, "ckpt.pt is not a train.py checkpoint (it needs model_name, config, model, args, optimizer, iter, best")

@@ -265,6 +265,14 @@ def test_a_flag_that_would_change_nothing_is_refused(no_data, tmp_path, flags, s
     one_line(e, said, "which this run has not; leave it out")
 
 
+def test_training_flags_with_eval_only_are_refused(done, no_data, tmp_path):
+    for flag, value in (("time_limit", "5"), ("lr", "0.1"), ("max_iters", "9"), ("dropout", "0.2")):
+        with pytest.raises(train.UsageError) as e:
+            runsetup.settings(["--init_from", str(done / "ckpt.pt"), "--eval_only", f"--{flag}", value,
+                               "--out_dir", str(tmp_path / "a")])
+        one_line(e, f"--{flag} ", ": a setting of training, and --eval_only trains nothing; leave it out")
+
+
 def test_the_same_flags_where_they_act_are_taken(no_data, tmp_path):
     for flags in (["--model", "transject", "--gate_lr_scale", "2"], ["--norm", "rezero", "--gate_lr_scale", "2"],
                   ["--schedule", "cosine", "--min_lr", "0.5", "--lr_decay_iters", "9"],
@@ -276,6 +284,9 @@ def test_the_same_flags_where_they_act_are_taken(no_data, tmp_path):
     (["--n_classes", "4"], "--n_classes 4: task listops sets it to 10; leave it out"),     # was an IndexError
     (["--vocab_size", "8"], "--vocab_size 8: task listops sets it to 16; leave it out (or give more ids)"),
     (["--head", "lm"], "--head lm: task listops sets it to cls; leave it out"),
+    (["--chunk", "8"], "--chunk 8: it acts only with a language model's causal attention, and task listops is a "
+                       "classifier"),
+    (["--causal_scale", "t"], "--causal_scale t: it acts only with a language model's causal attention"),
 ])
 def test_a_model_field_the_task_sets_is_the_tasks_or_refused(lra, tmp_path, monkeypatch, flags, said):
     monkeypatch.setattr(train, "train_session", lambda *a: pytest.fail("a step was taken"))
