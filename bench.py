@@ -6,24 +6,22 @@ Speed and memory benchmark of the models (nanoGPT's bench.py): time, peak memory
     python bench.py --loop [--wall] [--compile]     # train.py's loop on the README's commands; --wall: their parts
     python bench.py --compile --lengths 1024        # torch.compile: compiling time, speed-up, steps to pay it back
 
-Writes OUT/speed.json (every configuration), OUT/speed_summary.json (the machine, the ratios, the settings),
-OUT/speed.md (a table), OUT/speed.png and, with --generate, OUT/speed_generate.png, and prints the table (--loop,
---wall, --compile: OUT/user.{json,md}).
+Writes OUT/speed.json, OUT/speed_summary.json (machine, ratios, settings), OUT/speed.md, OUT/speed.png (--generate:
+OUT/speed_generate.png) and prints the table (--loop, --wall, --compile: OUT/user.{json,md}).
 
-The training step (forward, backward, gradient clipping, AdamW) and the inference forward of each model at each
-length, measured in interleaved rounds (medians; ratios as medians of per-round ratios) beside the machine's
-sustained matmul rate, measured once a round: peak memory, tokens/s, FLOPs (torch.utils.flop_counter), FLOP/s as a
-share of the matmul rate (and MFU on a GPU) and against the baseline's (softmax), where the models overtake it; our
-GPT beside nanoGPT's model.py at nanoGPT's CPU configuration (--nanogpt PATH, a file outside this project).
---models may also name an attention function alone (simple_attention, causal_simple_attention, softmax_attention,
-causal_softmax_attention). On a shared CPU, --threads 1 --clock cpu measures CPU time, which other programs
-disturb far less than wall time. Lengths and sizes that would not fit in memory or in --max_minutes are refused.
---generate adds generation: milliseconds per new token after a prompt of each --contexts length (model.prefill,
-untimed, then --new_tokens model.decode steps, timed), and the size of the state the model keeps (SimpleTRON,
-TransJect: fixed; softmax GPT, DiffEqFormer: the KV cache). With --lengths '' generation alone.
+The training step (forward, backward, gradient clipping, AdamW) and the inference forward of each model at each length,
+measured in interleaved rounds (medians; ratios as medians of per-round ratios) beside the machine's sustained matmul
+rate, measured once a round: peak memory, tokens/s, FLOPs (torch.utils.flop_counter), FLOP/s as a share of the matmul
+rate (and MFU on a GPU) and against the baseline's (softmax), where the models overtake it; our GPT beside nanoGPT's
+model.py at nanoGPT's CPU configuration (--nanogpt PATH, a file outside this project). --models may also name an
+attention function alone (simple_attention, causal_simple_attention, softmax_attention, causal_softmax_attention). On a
+shared CPU, --threads 1 --clock cpu measures CPU time, which other programs disturb far less. Lengths and sizes that
+would not fit in memory or in --max_minutes are refused, and so is a flag of one mode given to another (--generate with
+--loop). --generate adds generation: milliseconds per new token after a prompt of each --contexts length
+(model.prefill, untimed, then --new_tokens model.decode steps, timed), and the size of the state the model keeps
+(SimpleTRON, TransJect: fixed; softmax GPT, DiffEqFormer: the KV cache). With --lengths '' generation alone.
 --checkpointing adds each model's training step with Config.checkpointing (every block recomputed in the backward
-pass): its peak memory and time beside the plain step's, and the loss and gradient differences between the two.
-"""
+pass): its peak memory and time beside the plain step's, and the loss and gradient differences between the two."""
 
 import argparse
 import contextlib
@@ -56,8 +54,8 @@ from curves import log_ticks  # noqa: E402
 from measure import (count_flops, crossover, interleaved_rounds, matmul_rate, matmul_size, md_table,  # noqa: E402
                      peak_flops, peak_memory, quadratic, rss_mb, step_cost, timed)
 from runsetup import precision  # noqa: E402
-from config import (MODELS, Parser, UsageError, build_model, check_device, check_value, load_checkpoint,  # noqa: E402
-                    machine as machine_name, model_module, pick_device)
+from config import (MODELS, Parser, UsageError, build_model, check_device, check_value, int_list,  # noqa: E402
+                    load_checkpoint, machine as machine_name, model_module, pick_device)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -917,11 +915,20 @@ def parse(argv):
     p.add_argument("--cache_dir", default="data", help="--loop: train.py's --cache_dir")
     p.add_argument("--max_minutes", type=float, default=60, help="refuse a benchmark estimated to take longer")
     args = p.parse_args(argv)
-    moot = next((f"--{f} {getattr(args, f)}: it acts only with {need}; leave it out" for f, used, need in (
-        ("contexts", args.generate, "--generate"), ("new_tokens", args.generate, "--generate"), ("cache_dir", args.loop
-         or args.wall, "--loop or --wall")) if not used and getattr(args, f) != p.get_default(f)), None)
-    if moot:                                                 # a flag honoured or refused, never dropped
-        raise UsageError(moot)
+    mode, steps = "--loop or --wall" if args.loop or args.wall else "--compile" if args.compile else None, \
+        args.lengths.strip() != ""                           # a flag honoured or refused, never dropped:
+    acts = {"contexts": (args.generate, "--generate"), "new_tokens": (args.generate, "--generate"),
+            "cache_dir": (args.loop or args.wall, "--loop or --wall"),
+            "lengths": (not (args.loop or args.wall), "the step benchmark or --compile (--loop: the README's runs)"),
+            "checkpointing": (steps and not (mode or args.infer_only), "training steps at --lengths (not --infer_only)"),
+            "compare_only": (not (mode or args.infer_only), "training steps of the step benchmark (not --infer_only)"),
+            "inner": (not (mode or args.infer_only) and (steps or args.nanogpt or not args.generate),
+                      "nanoGPT's configuration's training step, in the step benchmark"),
+            **{f: (not mode, f"the step benchmark, not {mode}") for f in ("generate", "infer_only", "nanogpt")}}
+    moot = next((f for f, (used, _) in acts.items() if not used and getattr(args, f) != p.get_default(f)), None)
+    if moot:
+        raise UsageError(f"--{moot}{'' if getattr(args, moot) is True else f' {getattr(args, moot)}'}: it acts only "
+                         f"with {acts[moot][1]}; leave it out")
     check(args)
     return args
 
@@ -933,13 +940,6 @@ def check(args):
     check_device(args.device)
     if data.writable_problem(args.out):
         raise UsageError(f"--out {args.out}: {data.writable_problem(args.out)}")
-
-
-def int_list(flag, text):
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise UsageError(f"--{flag} takes integers separated by commas, not {text!r}") from None
 
 
 def read_lists(args, device):
@@ -962,11 +962,7 @@ def read_lists(args, device):
         (args.generate and args.head != "lm", f"--generate times language models, not --head {args.head}: time it in "
                                               "a command of its own"),
         (args.generate and not set(models) & set(MODELS), f"--generate times whole models ({', '.join(MODELS)}), "
-                                                          "and --models names none"),
-        (args.infer_only and args.checkpointing, "--checkpointing recomputes blocks in the backward pass, which "
-                                                 "--infer_only does not run: give one of them"),
-        (args.infer_only and args.compare_only, "--compare_only times training steps, which --infer_only leaves "
-                                                "out: give one of them")) if c), None)
+                                                          "and --models names none")) if c), None)
     if clash:
         raise UsageError(clash)
     nano = load_nanogpt(args.nanogpt) if args.nanogpt else None

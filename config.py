@@ -140,6 +140,14 @@ def check_value(name, value):
         raise UsageError(f"--{name} {shown}: allowed is {allowed}")
 
 
+def int_list(flag, text):
+    """A flag's integers separated by commas (empty items left out), or one UsageError line."""
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"--{flag} takes integers separated by commas, not {text!r}") from None
+
+
 def check_device(name):
     """A UsageError if --device names a CUDA device or MPS that this machine lacks."""
     if name.startswith("cuda"):

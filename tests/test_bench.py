@@ -149,9 +149,17 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
     (["--generate", "--head", "cls"], "--generate times language models, not --head cls"),
     (["--generate", "--lengths", "", "--models", "simple_attention,softmax_attention"],
      "--generate times whole models (simpletron, softmax, transject, diffeqformer), and --models names none"),
-    (["--infer_only", "--checkpointing"], "--checkpointing recomputes blocks in the backward pass, which --infer_only "
-                                          "does not run"),
-    (["--compare_only", "--infer_only"], "--compare_only times training steps, which --infer_only leaves out"),
+    (["--infer_only", "--checkpointing"], "--checkpointing: it acts only with training steps at --lengths (not "
+                                          "--infer_only); leave it out"),
+    (["--compare_only", "--infer_only"], "--compare_only: it acts only with training steps of the step benchmark (not "
+                                         "--infer_only)"),
+    (["--loop", "--generate"], "--generate: it acts only with the step benchmark, not --loop or --wall"),
+    (["--wall", "--infer_only"], "--infer_only: it acts only with the step benchmark, not --loop or --wall"),
+    (["--loop", "--lengths", "16"], "--lengths 16: it acts only with the step benchmark or --compile"),
+    (["--compile", "--generate"], "--generate: it acts only with the step benchmark, not --compile"),
+    (["--compile", "--nanogpt", "/tmp/model.py"], "--nanogpt /tmp/model.py: it acts only with the step benchmark"),
+    (["--checkpointing", "--generate", "--lengths", ""], "--checkpointing: it acts only with training steps at"),
+    (["--infer_only", "--inner", "5"], "--inner 5: it acts only with nanoGPT's configuration's training step"),
     (["--contexts", "8"], "--contexts 8: it acts only with --generate; leave it out"),        # was dropped
     (["--new_tokens", "5"], "--new_tokens 5: it acts only with --generate; leave it out"),
     (["--cache_dir", "x"], "--cache_dir x: it acts only with --loop or --wall; leave it out"),
