@@ -1,6 +1,6 @@
 """
-The results tables, one command each: run every row at every seed, then write the table (mean ± std over
-the seeds, with reference baselines computed on the same split) into its block of docs/results.md.
+The results tables, one command each: run every row at every seed, then write the table (mean ± std over the seeds,
+with reference baselines computed on the same split) into its block of docs/results.md.
 
     python experiments.py --list                        # the tables: what each measures, how many runs
     python experiments.py --list ptb                    # one table's train.py commands
@@ -11,11 +11,11 @@ the seeds, with reference baselines computed on the same split) into its block o
     python experiments.py listops-lra
     python experiments.py ptb --seeds 0,1,2 --jobs 2    # two runs at a time, one thread each
 
-Each run is one `python train.py ...` into out/exp/TABLE/ROW-sSEED/. A run whose metrics.json exists is not
-run again, so an interrupted table continues where it stopped and `--report_only` rewrites the markdown from
-the runs on disk. Training is seeded (data order, initialisation, dropout) and evaluation is deterministic, so
-the same command on the same machine gives the same numbers. `python analyze.py curves --table TABLE` draws the
-runs' training curves (the seeds of a row as their mean and a band).
+Each run is one `python train.py ...` into out/exp/TABLE/ROW-sSEED/. A run whose metrics.json exists is not run again,
+so an interrupted table continues where it stopped and `--report_only` rewrites the markdown from the runs on disk.
+Training is seeded (data order, initialisation, dropout) and evaluation is deterministic, so the same command on the
+same machine gives the same numbers. `python analyze.py curves --table TABLE` draws the runs' training curves (the
+seeds of a row as their mean and a band).
 """
 
 import argparse
@@ -549,8 +549,7 @@ TABLES = {
     "deq-grid": Table("DiffEqFormer's Euler grid against its own flow, at initialisation", "", [], compute=deq_grid),
     "ptb": Table(
         "Penn Treebank, word level: 4 layers, 128 wide, 64-token windows, batch 16, 600 steps",
-        PTB,
-        [Row("GPT (softmax, pre-LN)", "--model softmax --n_head 4 --norm pre"),
+        PTB, [Row("GPT (softmax, pre-LN)", "--model softmax --n_head 4 --norm pre"),
          Row("DiffEqFormer (4 Euler steps, d_t = 8)", "--model diffeqformer --n_head 4 --time_dim 8", DISCRETE),
          Row("SimpleTRON (causal, variant res)", "--model simpletron --n_head 4"),
          Row("TransJect (learned Σ, E = 4)", "--model transject"),
@@ -558,8 +557,7 @@ TABLES = {
         lm_baselines),
     "ptb-long": Table(
         "Penn Treebank, word level, longer: 4 layers, 128 wide, 64-token windows, batch 16, dropout 0.1, 5,000 steps",
-        PTB_LONG,
-        [Row("GPT (softmax, pre-LN)", "--model softmax --n_head 4 --norm pre"),
+        PTB_LONG, [Row("GPT (softmax, pre-LN)", "--model softmax --n_head 4 --norm pre"),
          Row("DiffEqFormer (4 Euler steps, d_t = 8)", "--model diffeqformer --n_head 4 --time_dim 8"),
          Row("SimpleTRON (causal, variant res)", "--model simpletron --n_head 4"),
          Row("TransJect (learned Σ, E = 4)", "--model transject")],
@@ -577,8 +575,7 @@ TABLES = {
     # Why the causal linear models trail on characters: one change per row, the rest as in ptb-char
     "ptb-char-simpletron": Table(
         "Causal SimpleTRON on Penn Treebank characters, one change per row (ptb-char's recipe)",
-        PTB_CHAR,
-        [Row("SimpleTRON (causal, variant res)", "--model simpletron --n_head 4"),
+        PTB_CHAR, [Row("SimpleTRON (causal, variant res)", "--model simpletron --n_head 4"),
          *(Row(name, f"--model simpletron --n_head 4 {flag}") for name, flag in (
              ("LayerNorm before each sublayer (pre)", "--norm pre"), ("variant simple", "--variant simple"),
              ("variant resl", "--variant resl"), ("variant vanilla (ordinary block)", "--variant vanilla"),
@@ -589,8 +586,7 @@ TABLES = {
         char_baselines, unit="bpc", note=PTB_CHAR_NOTE),
     "ptb-char-transject": Table(
         "Causal TransJect on Penn Treebank characters, one change per row (ptb-char's recipe)",
-        PTB_CHAR,
-        [Row("TransJect (learned Σ, E = 4)", "--model transject"),
+        PTB_CHAR, [Row("TransJect (learned Σ, E = 4)", "--model transject"),
          *(Row(name, f"--model transject {flag}") for name, flag in (
              ("Σ random, fixed", "--sigma random"),   # --sigma exact: eigh at every prefix, 0.1k tokens/s here
              ("one expert (no expert gate)", "--n_experts 1"), ("8 experts", "--n_experts 8"),
@@ -606,8 +602,7 @@ TABLES = {
     "listops-small": Table(
         "Small ListOps (depth 3, 2–3 arguments, 5–20 tokens; 96,000 / 2,000 / 2,000 trees): 2 layers, 64 wide, "
         "batch 32, 3,000 steps",
-        LISTOPS_SMALL,
-        [Row("SimpleTRON (res)", "--model simpletron --n_head 4", HELDOUT_EVAL),
+        LISTOPS_SMALL, [Row("SimpleTRON (res)", "--model simpletron --n_head 4", HELDOUT_EVAL),
          Row("Transformer (softmax, post-LN)", "--model softmax --n_head 4", HELDOUT_EVAL),
          Row("TransJect (learned Σ, E = 4, max pooling)", "--model transject --pool max", HELDOUT_EVAL),
          Row("DiffEqFormer (2 Euler steps, encoder)", "--model diffeqformer --n_head 4 --time_dim 8", HELDOUT_EVAL)],
@@ -634,8 +629,7 @@ TABLES = {
     "transfer": Table(
         "Attention transfer (SimpleTRON §4.2): a softmax Transformer with SimpleTRON's trained q/k/v, frozen; the "
         "small ListOps, 2 blocks, 64 wide, batch 32, 500 steps",
-        SMALL + " --n_layer 2",
-        [Row("SimpleTRON", "--model simpletron"),
+        SMALL + " --n_layer 2", [Row("SimpleTRON", "--model simpletron"),
          Row("softmax Transformer", "--model softmax"),
          Row("softmax with SimpleTRON's q/k/v, frozen",
              "--model softmax --transfer_from out/exp/transfer/simpletron-s{SEED}/ckpt.pt")]),
@@ -663,8 +657,7 @@ TABLES = {
         RECALL_RECIPE, recall_check_rows(), doc=RECALL_MD),
     "listops-lra": Table(
         "LRA ListOps (generated by the LRA recipe): 2 layers, 64 wide, batch 16, 1,000 steps",
-        LISTOPS_LRA,
-        [Row("SimpleTRON (res)", "--model simpletron"),
+        LISTOPS_LRA, [Row("SimpleTRON (res)", "--model simpletron"),
          Row("Transformer (softmax, post-LN)", "--model softmax"),
          Row("TransJect (learned Σ, E = 4, max pooling)", "--model transject"),
          Row("Random-TransJect", "--model transject --sigma random")]),
@@ -923,6 +916,15 @@ def check(a):
     if not 1 <= a.jobs <= (os.cpu_count() or 1):
         raise UsageError(f"--jobs {a.jobs}: allowed is 1 to {os.cpu_count() or 1}, the cores of this machine (each "
                          "job gets cores / jobs threads)")
+    if a.list and a.table and isinstance(a.list, str):
+        raise UsageError(f"--list {a.list} and table {a.table}: give one table")
+    typed = [f for f, on in (("--jobs", a.jobs != 1), ("--report_only", a.report_only), ("--rows", a.rows is not None),
+                             ("--data_dir", a.data_dir), ("--bert_dir", a.bert_dir)) if on]    # honoured or refused
+    why, moot = (("--list prints, runs nothing", {"--jobs", "--report_only", "--rows"}) if a.list else
+                 (f"table {name} is computed here, with no runs", set(typed)) if TABLES[name].compute else
+                 ("--report_only runs nothing", {"--jobs"}) if a.report_only else ("", set()))
+    if set(typed) & moot:
+        raise UsageError(f"{next(f for f in typed if f in moot)}: {why}; leave it out")
     if a.list:
         return [int(s) for s in seeds], None
     for flag in ("data_dir", "bert_dir"):
@@ -948,9 +950,11 @@ def check(a):
             raise UsageError(f"--report_only: {len(missing)} of {len(dirs)} runs have not finished (no "
                              f"{os.path.join(missing[0], 'metrics.json')}): run python experiments.py {name} "
                              f"--seeds {a.seeds} first")
-        for d, argv in cmds:                                 # train.py's, with what every table reads (an
-            for k in ("test_loss",) if "--init_from" in argv else ("val_loss", "n_params"):   # evaluation: its test)
-                load_metrics(d)[k]                           # (Metrics: one line naming what is missing)
+        for d, argv in cmds:                                 # train.py's, with what every table reads: a run's val
+            m = load_metrics(d)                              # and test metrics, an evaluation's test loss
+            for k in ("test_loss",) if "--init_from" in argv else ("val_loss", "n_params", *(
+                    "test_" + k[4:] for k in m if k.startswith("val_") and "test_loss" in m)):   # (a test split)
+                m[k]                                         # (Metrics: one line naming what is missing)
     return [int(s) for s in seeds], table
 
 
@@ -973,10 +977,8 @@ def main(argv=None):
         return list_tables(a.list if a.list is not True else a.table, seeds, a.data_dir, a.bert_dir)
     a.data_dir = a.data_dir and os.path.abspath(a.data_dir)   # (the runs start in ROOT)
     if table.compute is not None:
-        text = table.compute(seeds)
-        write_block(a.table, text)
-        print(text)
-        return
+        write_block(a.table, text := table.compute(seeds))
+        return print(text)
     cmds = commands(a.table, table, seeds, a.data_dir, a.bert_dir)
     if table.prepare is not None:
         table.prepare()

@@ -325,6 +325,16 @@ CASES = [
      "--bert_dir: no row of transfer reads a BERT folder"),
     (E, "--report_only with an unknown row", lambda w, t: ["transfer", "--report_only", "--rows", "nothing"],
      "--rows nothing: no row of transfer"),
+    (E, "--list with --jobs", lambda w, t: ["--list", "--jobs", "2"], "--jobs: --list prints, runs nothing"),
+    (E, "--list TABLE with --rows", lambda w, t: ["--list", "transfer", "--rows", "x"], "--rows: --list prints"),
+    (E, "--list of one table and another", lambda w, t: ["--list", "transfer", "ptb"], "give one table"),
+    (E, "a computed table with --data_dir", lambda w, t: ["deq-grid", "--data_dir", w.dir],
+     "--data_dir: table deq-grid is computed here, with no runs"),
+    (E, "--report_only with --jobs", lambda w, t: ["transfer", "--report_only", "--jobs", "2"],
+     "--jobs: --report_only runs nothing"),
+    (E, "--report_only, a run's metrics.json without a test metric it has a val metric of", lambda w, t: [
+        "transfer", "--report_only", "--seeds", "0", results(t, "transfer", [0], json.dumps(
+            {"val_loss": 1.0, "val_acc": 0.5, "test_loss": 1.0, "n_params": 10}).encode())][:4], "has no 'test_acc'"),
     (E, "--report_only without runs", lambda w, t: ["transfer", "--report_only", "--seeds", "0"],
      "python experiments.py"),
     (E, "--report_only with a run missing", lambda w, t: [
