@@ -655,6 +655,16 @@ def model_of_checkpoint(ckpt, path):
         check_config(ckpt["model_name"], ckpt["config"])   # every value within its limits
     except UsageError as e:                                  # (no flag of the user's: the file's setting)
         raise UsageError(f"{path}: its model settings are damaged ({str(e).removeprefix('--')})") from None
+    weights = sum(w.numel() for w in ckpt["model"].values() if torch.is_tensor(w))
+    try:                                                     # the settings' model counted first: it must hold them
+        with torch.device("meta"):
+            fits = sum(w.numel() for w in build_model(ckpt["model_name"], ckpt["config"]).state_dict().values())
+    except (ValueError, OverflowError, MemoryError):
+        fits = math.inf
+    except RuntimeError as e:                                # a size that overflows (block_size 2**62), or an init
+        fits = math.inf if "overflow" in str(e) else 0      # that reads a value, not on meta (DiffEqFormer's)
+    if fits > 2 * weights + 2**20:
+        raise UsageError(f"{path}: its model settings make a model unlike its weights (damaged settings)")
     model = build_model(ckpt["model_name"], ckpt["config"])
     load_weights(model, ckpt["model"], path)
     return model

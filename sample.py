@@ -209,6 +209,8 @@ def tokenizer_of(ckpt, data_dir=None):
         tok = char_vocabulary(run_args, data_dir, task)
         n = len(tok.chars) + 1
     elif task in ("wikitext103", "openwebtext", "textfile"):
+        if data_dir is not None:                             # (honoured or refused: nothing is rebuilt here)
+            raise UsageError(f"--data_dir: the run's {name} tokenizer needs no data to rebuild; leave it out")
         tok = Tiktoken(tasks.sources.get_tokenizer(name, task))
         n = tok.enc.n_vocab
     else:

@@ -154,6 +154,13 @@ CASES = [
         **c["config"], "n_embd": "wide"})], "its model settings are damaged (n_embd wide: allowed is"),
     (S, "a config with a field the model lacks", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
         **c["config"], "colour": 3})], "bad model settings"),
+    (S, "a block_size of 2**62 in its config (an overflow when built)", lambda w, t: ["--ckpt", edited(
+        w, t, config=lambda c: {**c["config"], "block_size": 2**62})], "its model settings make a model unlike its "
+     "weights"),
+    (S, "a block_size of 2**20 in its config (gigabytes of positions)", lambda w, t: ["--ckpt", edited(
+        w, t, config=lambda c: {**c["config"], "block_size": 2**20})], "make a model unlike its weights"),
+    (S, "--data_dir for a run whose tokenizer needs no data", lambda w, t: ["--ckpt", edited(w, t, args=lambda c: {
+        **c["args"], "tokenizer": "byte"}), "--data_dir", w.dir], "byte tokenizer needs no data to rebuild"),
     (S, "a negative width in its config", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
         **c["config"], "n_embd": -16})], "its model settings are damaged (n_embd -16: allowed is"),
     (S, "a checkpoint with bytes changed", lambda w, t: ["--ckpt", flipped(w, t)], "not a readable train.py checkpoint"),
