@@ -516,7 +516,7 @@ def cmd_lyapunov(args):
 
     def f(Z, t):
         return model.vector_field(Z[None], t)[0]
-    k = min(args.k, model.config.n_embd)
+    k = args.k
     lam = token_lyapunov(f, X, times, dt, k=k)               # (N out, N in, k)
     model.float()
     causal = torch.ones(N, N, dtype=torch.bool).tril()       # output j sees inputs i <= j
@@ -922,7 +922,7 @@ def check(args):
         check_models(args)
     elif args.command == "cluster":
         degrees = [int(d) for d in args.degrees.split(",")]
-        if len(degrees) > 8 or any(d * math.log10(args.T) > MOST_GROWTH for d in degrees):
+        if len(degrees) > 8 or any(d * math.log10(args.T) >= MOST_GROWTH for d in degrees):
             raise UsageError(f"--degrees {args.degrees} with --T {args.T:g}: allowed are at most 8 degrees k, with "
                              f"g(t) = 1 + t^k below 1e{MOST_GROWTH} (one panel each)")
         pairs = max(args.tokens, 100) ** 2 * args.steps * len(degrees)
@@ -971,6 +971,8 @@ def check_models(args):
         N = args.tokens[0].shape[1]
         if not -N <= args.position < N:
             raise UsageError(f"--position {args.position}: --text gives {N} tokens, so allowed is {-N} to {N - 1}")
+        if args.k > args.models[0][0].config.n_embd:        # (a token's state has n_embd directions)
+            raise UsageError(f"--k {args.k}: allowed is at most the width, n_embd {args.models[0][0].config.n_embd}")
     if cmd in ("activation", "experts"):
         args.batches = [sample_batch(ckpt, args.n_seq, args.max_len, args.seed) for _, ckpt in args.models]
 

@@ -36,7 +36,8 @@ def record(line):
 def read_log(path):
     """{"train": step records, "val": evaluations, "resumed": steps}; other records (attention std) left out."""
     rs = [r for r in map(record, data.read_lines(path)) if r]
-    return {"train": [r for r in rs if "loss" in r], "val": [r for r in rs if "val_loss" in r],
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)    # (a damaged record: left out)
+    return {"train": [r for r in rs if number(r.get("loss"))], "val": [r for r in rs if number(r.get("val_loss"))],
             "resumed": [r["step"] for r in rs if r.get("resumed")]}
 
 

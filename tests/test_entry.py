@@ -241,6 +241,13 @@ CASES = [
       for v in ("5", "-6", "99999", "x")],
     *[(A, f"lyapunov --k {v}", lambda w, t, v=v: ["lyapunov", "--ckpt", w.deq, "--k", v, "--out", t / "a"], "--k")
       for v in ("0", "-2", "x")],
+    (A, "lyapunov --k above the width", lambda w, t: ["lyapunov", "--ckpt", w.deq, "--text", "to be", "--k",
+                                                       str(torch.load(w.deq, weights_only=True)["config"]["n_embd"] + 1),
+                                                       "--out", t / "a"], "allowed is at most the width"),
+    (A, "cluster --degrees at the growth limit", lambda w, t: ["cluster", "--degrees", "20", "--T", "10", "--out",
+                                                               t / "a"], "below 1e20"),       # 1 + 10^20: not below
+    (A, "curves of a log whose losses are text", lambda w, t: ["curves", log_file(
+        t, b'{"step": 1, "loss": "low"}\n{"step": 2, "val_loss": "high"}\n'), "--out", t / "a"], "no record of a step"),
     (A, "experts of a SimpleTRON", lambda w, t: ["experts", "--ckpt", w.lm, "--out", t / "a"], "TransJect"),
     *[(A, f"{cmd} --{flag} {v}", lambda w, t, cmd=cmd, flag=flag, v=v: [cmd, "--ckpt", w.lm, f"--{flag}", v, "--out",
                                                                          t / "a"], f"--{flag}")
