@@ -242,6 +242,9 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
         if problem:                                          # a copy of a cache: its own files, no source to rebuild
             raise DataError(f"openwebtext: --data_dir {folder} {problem}; copy it again, or leave out --data_dir")
         meta = files["meta.json"] and lm_bin_task("openwebtext", folder, block_size, ("train", "val"), sources).meta
+        if not meta and tokenizer not in ("gpt2", "r50k_base"):  # (the same ids: r50k_base is gpt2's encoding)
+            raise DataError(f"openwebtext: --tokenizer {tokenizer}: nanoGPT's train.bin and val.bin hold gpt2 ids; use "
+                            "--tokenizer gpt2, or put a meta.json (vocab_size, dtype) beside files of other ids")
         vocab = (int(meta["vocab_size"]) if meta else 50257 if tokenizer in ("gpt2", "r50k_base") else
                  get_tokenizer(tokenizer, "openwebtext").n_vocab)
         dtype = np.dtype(meta["dtype"] if meta else id_dtype(vocab))   # (a meta.json's checked by lm_bin_task)

@@ -658,9 +658,20 @@ def test_openwebtext_hugging_face_and_nanogpt_bins(tmp_path, hf):
     task = data.load_task("openwebtext", cache_dir=tmp_path / "c", data_dir=str(tmp_path / "owt"), tokenizer="gpt2",
                           block_size=8)
     assert task.vocab_size == 50257 and (np.array(task.split("val").stream) == ids["val"]).all()
-    with pytest.raises(data.DataError) as e:                 # gpt2 ids read as bytes: one line, not an IndexError
-        data.load_task("openwebtext", cache_dir=tmp_path / "c", data_dir=str(folder), tokenizer="byte")
-    assert_one_line_error(e, "val.bin holds id", "--tokenizer gpt2")
+    for small in (False, True):                              # gpt2 ids read as bytes, or ids all below 257: the
+        if small:                                            # files' ids are gpt2's, whatever --tokenizer says
+            for s, a in ids.items():
+                (a % 256).tofile(folder / f"{s}.bin")
+        with pytest.raises(data.DataError) as e:
+            data.load_task("openwebtext", cache_dir=tmp_path / "c", data_dir=str(folder), tokenizer="byte")
+        assert_one_line_error(e, "--tokenizer byte: nanoGPT's train.bin and val.bin hold gpt2 ids", "a meta.json")
+    (folder / "meta.json").write_text('{"vocab_size": 257, "dtype": "uint16"}')             # files of byte ids
+    assert data.load_task("openwebtext", cache_dir=tmp_path / "c", data_dir=str(folder), tokenizer="byte",
+                          block_size=8).vocab_size == 257
+    (folder / "val.bin").write_bytes(ids["val"].tobytes())                                    # gpt2 ids again
+    with pytest.raises(data.DataError) as e:
+        data.load_task("openwebtext", cache_dir=tmp_path / "c", data_dir=str(folder), tokenizer="byte", block_size=8)
+    assert_one_line_error(e, "val.bin holds id")
 
 
 def test_textfile_chars_and_bytes(tmp_path):
