@@ -36,8 +36,9 @@ def record(line):
 def read_log(path):
     """{"train": step records, "val": evaluations, "resumed": steps}; other records (attention std) left out."""
     rs = [r for r in map(record, data.read_lines(path)) if r]
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)    # (a damaged record: left out)
+    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
     return {"train": [r for r in rs if number(r.get("loss"))], "val": [r for r in rs if number(r.get("val_loss"))],
+            "damaged": [r["step"] for r in rs if any(k in r and not number(r[k]) for k in ("loss", "val_loss"))],
             "resumed": [r["step"] for r in rs if r.get("resumed")]}
 
 

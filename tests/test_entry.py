@@ -248,6 +248,9 @@ CASES = [
                                                                t / "a"], "below 1e20"),       # 1 + 10^20: not below
     (A, "curves of a log whose losses are text", lambda w, t: ["curves", log_file(
         t, b'{"step": 1, "loss": "low"}\n{"step": 2, "val_loss": "high"}\n'), "--out", t / "a"], "no record of a step"),
+    (A, "curves of a log with one loss of text among numbers", lambda w, t: ["curves", log_file(
+        t, b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": "low"}\n{"step": 2, "val_loss": 1.0}\n'), "--out",
+        t / "a"], "has a damaged record (step 2)"),
     (A, "experts of a SimpleTRON", lambda w, t: ["experts", "--ckpt", w.lm, "--out", t / "a"], "TransJect"),
     *[(A, f"{cmd} --{flag} {v}", lambda w, t, cmd=cmd, flag=flag, v=v: [cmd, "--ckpt", w.lm, f"--{flag}", v, "--out",
                                                                          t / "a"], f"--{flag}")
