@@ -943,9 +943,9 @@ def check(args):
                 raise UsageError("curves: a run folder is an empty string; give the folder of a train.py run")
             path = os.path.join(run, "log.jsonl")
             log = None if data.file_problem(path) else curves.read_log(path)
+            damaged = log and log["damaged"] and f"has a damaged record (step {log['damaged'][0]})"
             problem = data.file_problem(path) or (None if log["train"] or log["val"] else "holds no record of a step"
-                                                  ) or log["damaged"] and f"has a damaged record (step "
-                                                                          f"{log['damaged'][0]})"
+                                                  ) or damaged
             if problem:
                 raise UsageError(f"{run}: {path} {problem} (a folder of python train.py ...)")
 
