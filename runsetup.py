@@ -166,7 +166,7 @@ def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):
     A checkpoint's model must fit the task as it is; BERT's gets a new classifier."""
     fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=task.kind, n_classes=task.n_classes)
     causal = next((k for k in ("chunk", "causal_scale") if k in config_dict), None)
-    if causal and task.kind != "lm" and not from_checkpoint:  # (no preset sets them: given)
+    if causal and task.kind != "lm" and not from_checkpoint and pretrained is None:   # (no preset sets them: given)
         raise UsageError(f"--{causal} {config_dict[causal]}: it acts only with a language model's causal attention, "
                          f"and task {task_name} is a classifier; leave it out")
     for k in ("vocab_size", "head", "n_classes"):
