@@ -938,8 +938,8 @@ def check(args):
     for name, value in vars(args).items():
         check_value(name, value)
     check_device(args.device)
-    if data.writable_problem(args.out):
-        raise UsageError(f"--out {args.out}: {data.writable_problem(args.out)}")
+    if problem := data.writable_problem(args.out):
+        raise UsageError(f"--out {args.out}: {problem}")
 
 
 def read_lists(args, device):

@@ -519,8 +519,8 @@ def check_args(args):
     for flag in ("out_dir", "cache_dir"):                    # folders this run writes (a read-only cache: read)
         if flag == "cache_dir" and not data.cache_dir_problem(args.cache_dir):
             continue
-        if data.writable_problem(getattr(args, flag)):     # (a link to nowhere, a loop of links: one too)
-            raise UsageError(f"--{flag} {getattr(args, flag)}: {data.writable_problem(getattr(args, flag))}")
+        if problem := data.writable_problem(getattr(args, flag)):   # (a link to nowhere, a loop of links too)
+            raise UsageError(f"--{flag} {getattr(args, flag)}: {problem}")
     if args.eval_only and not args.init_from:
         raise UsageError("--eval_only needs --init_from CKPT, the checkpoint to evaluate")
     if args.lora_alpha is not None and not args.lora_rank:
