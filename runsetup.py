@@ -52,6 +52,10 @@ def settings(argv, description=None):
     else:
         config_dict = dict(MODELS[args.model][1], **overrides)
     check_moot(args, typed, check_config(args.model, config_dict))   # bad settings fail before any data is loaded
+    causal = next((k for k in ("chunk", "causal_scale") if k in typed), None)   # (a new model: fit_to_task's)
+    if causal and config_dict.get("head") != "lm" and any(x is not None for x in (ckpt, source, pretrained)):
+        raise UsageError(f"--{causal} {config_dict[causal]}: it acts only with a language model's causal attention, "
+                         f"and this model is a classifier (head {config_dict.get('head')}); leave it out")
     check_size(args, args.model, config_dict)                # and those that cannot fit in memory
     return args, batch_given, source, ckpt, pretrained, config_dict
 

@@ -284,6 +284,10 @@ def test_train_init_from_bert_bad_input_is_one_line(tmp_path, monkeypatch):
     assert "listops" in run("--init_from_bert", folder, task="listops")
     assert "n_embd is BERT's own" in run("--init_from_bert", folder, "--n_embd", "32")
     assert "n_layer 5" in run("--init_from_bert", folder, "--n_layer", "5")
+    for flag, value in (("--chunk", "8"), ("--causal_scale", "t")):           # a classifier: moot, not dropped
+        assert run("--init_from_bert", folder, "--block_size", "16", flag, value) == (
+            f"{flag} {value}: it acts only with a language model's causal attention, and this model is a "
+            "classifier (head cls); leave it out")
     weights = torch.load(folder / "pytorch_model.bin", map_location="cpu", weights_only=True)
     raw = (folder / "pytorch_model.bin").read_bytes()
     (folder / "pytorch_model.bin").write_bytes(raw[:len(raw) // 2])          # a download cut in half

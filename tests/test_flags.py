@@ -265,6 +265,16 @@ def test_a_flag_that_would_change_nothing_is_refused(no_data, tmp_path, flags, s
     one_line(e, said, "which this run has not; leave it out")
 
 
+def test_a_causal_flag_on_a_classifiers_checkpoint_is_refused(done, no_data, tmp_path):
+    for start in (["--init_from", str(done / "ckpt.pt"), "--out_dir", str(tmp_path / "a")], ["--resume", "--out_dir",
+                                                                                                  str(done)]):
+        for flag, value in (("--chunk", "8"), ("--causal_scale", "t"))[:2 - (start[0] == "--resume")]:
+            with pytest.raises(train.UsageError) as e:    # (a resumed run refuses a new causal_scale: its own)
+                runsetup.settings([*start, flag, value])
+            one_line(e, f"{flag} {value}: it acts only with a language model's causal attention, and this model is "
+                        "a classifier (head cls); leave it out")
+
+
 def test_training_flags_with_eval_only_are_refused(done, no_data, tmp_path):
     for flag, value in (("time_limit", "5"), ("lr", "0.1"), ("max_iters", "9"), ("dropout", "0.2")):
         with pytest.raises(train.UsageError) as e:
