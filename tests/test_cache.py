@@ -9,6 +9,7 @@ import importlib.util
 import inspect
 import json
 import os
+import re
 import shutil
 
 import numpy as np
@@ -166,6 +167,26 @@ def test_a_damaged_cache_is_built_again_in_one_line_and_never_used(kind, damage,
     content(load(name, kw, tmp_path / "c"))
     assert "building it again" not in capsys.readouterr().out
     assert not [f for _, dirs, fs in os.walk(tmp_path / "c") for f in dirs + fs if ".tmp" in f]
+
+
+H = "[0-9a-f]{10}"          # a hash of the local sources (their paths, sizes and times)
+NAMES = {"agnews": f"agnews/local-{H}-val5-byte-L512", "image": f"image/local-{H}", "ptb from Hugging Face": "ptb",
+         "agnews BERT WordPiece": f"agnews/local-{H}-val5-wordpiece-{H}-L16", "imdb": f"imdb/local-{H}-val5-byte-L512",
+         "listops TSV arrays": f"listops-npy/{H}-{H}", "listops arrays": "listops-depth3-args2-4-len5-30-n60-7-9",
+         "openwebtext": "openwebtext/hf-byte", "pathfinder release": f"pathfinder/local-{H}",
+         "pathfinder shards": "pathfinder/generated/(val|test)_000", "ptb characters": f"ptb-char/local-{H}",
+         "retrieval": f"retrieval/local-{H}-L4000", "text": f"text/local-{H}-val5-L4000",
+         "textfile": f"textfile/local-{H}-char", "wikitext103": f"wikitext103/local-{H}-byte"}
+
+
+@pytest.mark.parametrize("kind", sorted(NAMES))
+def test_each_cache_is_named_as_docs_tasks_md_says(kind, tmp_path, hf, small_pathfinder, monkeypatch):
+    """A cache's name is its key: a new name loses every cache users have built (an hour of OpenWebText)."""
+    name, setup = KINDS[kind]
+    monkeypatch.setattr(tasks.listops_format, "LISTOPS_NPY_MIN_BYTES", 0)
+    load(name, setup(tmp_path, hf), tmp_path / "c")
+    folders = [os.path.relpath(d, tmp_path / "c") for d in cached_folders(tmp_path / "c")]
+    assert folders and all(re.fullmatch(NAMES[kind], d) for d in folders), folders
 
 
 def test_every_file_of_a_set_and_its_manifest_are_needed(tmp_path, capsys):
