@@ -591,7 +591,7 @@ def temp_path(path):
 def pid_alive(pid):
     if os.name == "nt":                                      # never guess there: keep everything
         return True
-    if pid <= 0:
+    if not 0 < pid <= 2**22:                                 # (Linux's PID_MAX_LIMIT: no process has such an id)
         return False
     try:
         os.kill(pid, 0)
@@ -722,6 +722,7 @@ def cached_dir(folder, build, what=None):
     read-only folder, a full disk) is a one-line DataError, never the damaged folder. Once built, `what` (if
     given) and where is printed: nothing before the build has its data, so that a missing source is reported by
     its one-line error."""
+    remove_stale_temps(folder)                               # (a killed restamp's manifest.json.tmp<pid>)
     problem = cache_problem(folder) if os.path.isdir(folder) else None
     if os.path.isdir(folder) and problem is None:
         return folder

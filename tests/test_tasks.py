@@ -62,6 +62,10 @@ def test_ptb_character_not_in_train_is_one_line(tmp_path):
     write_ptb(folder)
     data.load_task("ptb", cache_dir=tmp_path / "c", data_dir=str(folder), tokenizer="char")
     assert not any(".tmp" in f for f in os.listdir(tmp_path / "c" / "ptb-char"))
+    (built,) = os.listdir(tmp_path / "c" / "ptb-char")
+    (tmp_path / "c" / "ptb-char" / built / "manifest.json.tmp999999999").write_text("{}")   # a killed restamp's
+    data.load_task("ptb", cache_dir=tmp_path / "c", data_dir=str(folder), tokenizer="char")
+    assert not any(".tmp" in f for f in os.listdir(tmp_path / "c" / "ptb-char" / built))
 
 
 def test_ptb_characters_from_hugging_face_are_the_same(tmp_path, monkeypatch):
