@@ -772,13 +772,29 @@ def load_metrics(d):
     with data.reading(path, "is damaged", f"; delete {d} and run its table again"), open(
             path, encoding="utf-8-sig") as f:                # (a byte-order mark, as an editor may write: skipped)
         m = json.load(f)
-    best = m.get("best") if isinstance(m, dict) and isinstance(m.get("best"), dict) else {}
-    bad = "it is no JSON object" if not isinstance(m, dict) else next((f"its {k} is no number" for k, v in [
-        *m.items(), *best.items()] if (k.startswith(("val_", "test_", "n_")) or k in ("iters", "seconds",
-        "train_seconds", "tokens_per_s")) and type(v) not in (int, float)), None)
-    if bad:
+    if bad := metrics_problem(m):
         raise UsageError(f"{path} is not the metrics.json of a train.py run ({bad}); delete {d} and run its table again")
-    return Metrics(path, m)
+    return Metrics(path, {k: Metrics(path, v) if isinstance(v, dict) else v for k, v in m.items()})
+
+
+def metrics_problem(m):
+    """What makes a metrics.json unreadable to the tables: a value of the wrong kind, a number not finite."""
+    finite = lambda v: type(v) in (int, float) and math.isfinite(v)
+    if not isinstance(m, dict):
+        return "it is no JSON object"
+    kinds = {"best": dict, "args": dict, "config": dict, "gates": dict, "model": str, "machine": str}
+    if k := next((k for k, kind in kinds.items() if k in m and not isinstance(m[k], kind)), None):
+        return f"its {k} is no {'JSON object' if kinds[k] is dict else 'string'}"
+    if k := next((k for k, v in [*m.items(), *m.get("best", {}).items()] if (k.startswith(("val_", "test_", "n_"))
+                 or k in ("iters", "seconds", "train_seconds", "tokens_per_s")) and not finite(v)), None):
+        return f"its {k} is no finite number"
+    if k := next((k for k, g in m.get("gates", {}).items() if not isinstance(g, dict)
+                  or not all(finite(g.get(x)) for x in ("value", "used"))), None):
+        return f"its gate {k} has no numbers value and used"
+    if k := next((k for k, g in m.get("gates", {}).items() if abs(g["value"]) > 3.4028234663852886e38), None):
+        return f"its gate {k} is beyond a float32 parameter's range"     # (the gates are trained in float32)
+    n_layer = m.get("config", {}).get("n_layer", 1)
+    return None if type(n_layer) is int and n_layer > 0 else "its config's n_layer is no whole number above 0"
 
 
 class Metrics(dict):
@@ -801,7 +817,7 @@ def gate_cell(ms):
     vals, used = [], []
     for g in gates:
         for name, v in g.items():
-            x = 1 / (1 + math.exp(-v["value"])) / L if model == "transject" else v["value"]
+            x = (1 + math.tanh(v["value"] / 2)) / 2 / L if model == "transject" else v["value"]   # (sigmoid)
             vals.append(x)
             used.append(v["used"])
     what = "α_l/L" if model == "transject" else "α"

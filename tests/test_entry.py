@@ -365,7 +365,12 @@ CASES = [
                       ("with seconds of text", b'{"val_loss": 1.0, "n_params": 10, "seconds": "long"}'),
                       ("with a best of text", b'{"val_loss": 1.0, "n_params": 10, "best": {"test_acc": "x"}}'),
                       ("100,000 lists deep", b"[" * 100_000 + b"]" * 100_000),     # json: a RecursionError
-                      ("without the table's accuracy", b'{"val_loss": 1.0, "n_params": 10, "test_loss": 1.0}'))],
+                      ("without the table's accuracy", b'{"val_loss": 1.0, "n_params": 10, "test_loss": 1.0}'),
+                      *[(f"with {k} {v}", json.dumps({"val_acc": 0.5, "test_acc": 0.5, "n_params": 10, "n_val": 2,
+                                                      "n_test": 2, k: v}).encode())
+                        for k, v in (("test_acc", float("nan")), ("n_params", float("inf")), ("gates", "none"),
+                                     ("gates", {"a": {"used": 0.5}}), ("gates", {"a": {"value": -1e308, "used": 1}}),
+                                     ("machine", 5), ("config", [1]), ("config", {"n_layer": 0}), ("args", "x"))])],
     (E, "results.md a folder", lambda w, t: [(t / "results.md").mkdir(), "transfer", "--report_only", "--seeds",
                                              "0"][1:], "results.md"),
 ]
