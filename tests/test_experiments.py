@@ -187,3 +187,12 @@ def test_write_block_replaces_its_own_block_alone_and_appends_a_new_one(tmp_path
 def test_load_metrics_reads_a_file_an_editor_saved_with_a_byte_order_mark(tmp_path):
     (tmp_path / "metrics.json").write_bytes(b"\xef\xbb\xbf" + json.dumps({"val_loss": 1.5, "n_params": 3}).encode())
     assert experiments.load_metrics(str(tmp_path))["val_loss"] == 1.5
+
+
+def test_the_gates_cell_is_the_sigmoid_over_the_layers_for_transject_and_alpha_for_rezero():
+    gates = {"blocks.0.a": {"value": 0.0, "used": 0.2}, "blocks.1.a": {"value": math.log(3), "used": 0.5}}
+    ms = [{"model": "transject", "config": {"n_layer": 2}, "gates": gates}, {"gates": {"x": {"value": 0, "used": 0}}}]
+    assert experiments.gate_cell(ms) == "α_l/L 0.250–0.375, 50% of step budget"    # sigmoid 0.5, 0.75 over L 2
+    ms = [{"model": "simpletron", "config": {"n_layer": 2}, "gates": {"a": {"value": -0.25, "used": 0.07}}}]
+    assert experiments.gate_cell(ms) == "α -0.250–-0.250, 7% of step budget"
+    assert experiments.gate_cell([{"model": "softmax", "gates": {}}]) == ""
