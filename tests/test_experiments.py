@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+import config
 import experiments
 
 
@@ -182,6 +183,22 @@ def test_write_block_replaces_its_own_block_alone_and_appends_a_new_one(tmp_path
     assert path.read_text() == ("intro\n<!-- results:a -->\nnew\n<!-- /results:a -->\nafter\n\n<!-- results:b -->\ntwo"
                                 "\n<!-- /results:b -->\n")
     assert os.listdir(path.parent) == ["results.md"]                      # no temporary file left
+
+
+@pytest.mark.parametrize("doc", ["<!-- /results:{n} -->\nmine\n<!-- results:{n} -->\n", "<!-- results:{n} -->\nmine\n",
+                                 "mine\n<!-- /results:{n} -->\n", "<!-- results:{n} -->x<!-- /results:{n} -->\n" * 2])
+def test_markers_out_of_order_or_unpaired_are_refused_before_any_run_and_the_doc_kept(doc, tmp_path, monkeypatch):
+    path = tmp_path / "results.md"
+    path.write_text(doc.format(n="transfer") + doc.format(n="a"))
+    monkeypatch.setattr(experiments, "RESULTS_MD", str(path))
+    monkeypatch.setattr(experiments, "commands", lambda *a: pytest.fail("the runs were planned"))
+    with pytest.raises(config.UsageError) as e:
+        experiments.main(["transfer", "--seeds", "0"])
+    assert str(e.value) == (f"{path} cannot be written: its markers <!-- results:transfer --> and <!-- "
+                            "/results:transfer --> are not one pair in that order: mend them, or remove both")
+    with pytest.raises(config.UsageError, match="are not one pair in that order"):
+        experiments.write_block("a", "new", str(path))
+    assert path.read_text() == doc.format(n="transfer") + doc.format(n="a")
 
 
 def test_load_metrics_reads_a_file_an_editor_saved_with_a_byte_order_mark(tmp_path):
