@@ -213,3 +213,14 @@ def test_the_gates_cell_is_the_sigmoid_over_the_layers_for_transject_and_alpha_f
     ms = [{"model": "simpletron", "config": {"n_layer": 2}, "gates": {"a": {"value": -0.25, "used": 0.07}}}]
     assert experiments.gate_cell(ms) == "α -0.250–-0.250, 7% of step budget"
     assert experiments.gate_cell([{"model": "softmax", "gates": {}}]) == ""
+
+
+def test_recall_prepare_makes_the_held_out_examples_each_row_evaluates_on(monkeypatch):
+    made = []
+    monkeypatch.setattr(experiments, "recall_heldout", lambda *a: made.append(a))
+    rows = [experiments.recall_row("gpt", "--model softmax", "mqar", 64, 4, 32),
+            experiments.recall_row("gpt", "--model softmax", "copy", 128, None, 32)]
+    experiments.recall_prepare(rows)
+    assert made == [("mqar", "64", "4"), ("copy", "128", None)]
+    for row, args in zip(rows, made):        # where each row's evaluation reads them
+        assert row.evals[0][1].endswith(f"--data_dir {os.path.join(experiments.heldout_dir(*args), 'test.txt')}")
