@@ -174,7 +174,7 @@ def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):
         raise UsageError(f"--{causal} {config_dict[causal]}: it acts only with a language model's causal attention, "
                          f"and task {task_name} is a classifier; leave it out")
     for k in ("vocab_size", "head", "n_classes"):
-        if from_checkpoint and config_dict[k] != fields[k]:
+        if from_checkpoint and config_dict[k] != fields[k] and not (k == "vocab_size" and config_dict[k] > fields[k]):
             raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {task_name} needs {fields[k]}")
         if not from_checkpoint and pretrained is None and config_dict.get(k, fields[k]) != fields[k] and not (
                 k == "vocab_size" and config_dict[k] > fields[k]):           # (more ids than the task's: unused)

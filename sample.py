@@ -78,7 +78,10 @@ def check(args):
         raise UsageError(f"{args.ckpt} is a classifier (head {head}, task {ckpt['args'].get('task')}); sample.py "
                          "needs a language model: a checkpoint of ptb, wikitext103, openwebtext or textfile")
     model = model_of_checkpoint(ckpt, args.ckpt)             # (its config checked before the tokenizer reads it)
-    tok = tokenizer_of(ckpt, args.data_dir)
+    tok, n = tokenizer_of(ckpt, args.data_dir)
+    if n < model.config.vocab_size:                          # ids no text has (--vocab_size 50304): never drawn
+        model.lm_head.register_forward_hook(lambda m, i, logits: logits.index_fill(-1, torch.arange(
+            n, model.config.vocab_size, device=logits.device), float("-inf")))
     ids = tok.encode(prompt)
     if not ids:
         raise UsageError("--start is empty: give at least one token of text")
@@ -215,10 +218,10 @@ def tokenizer_of(ckpt, data_dir=None):
         n = tok.enc.n_vocab
     else:
         raise UsageError(f"no tokenizer for task {task!r} here; sample.py knows ptb, wikitext103, openwebtext, textfile")
-    if n != vocab_size:
+    if n > vocab_size:                                       # (fewer: a --vocab_size above the task's, ids unused)
         raise UsageError(f"the {task} vocabulary rebuilt here has {n:,} ids but the checkpoint's model has "
                          f"{vocab_size:,}: the data changed since training (or pass --data_dir, the run's data)")
-    return tok
+    return tok, n
 
 
 # ----------------------------------------------------------------------------------------------

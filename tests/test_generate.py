@@ -412,6 +412,26 @@ def test_sample_py_textfile(tokenizer, tmp_path):
     assert out == "".join(f"{s}\n---------------\n" for s in decoded)
 
 
+def test_a_run_with_more_ids_than_its_text_samples_and_fine_tunes_its_texts_ids_alone(tmp_path):
+    """--vocab_size above the task's (nanoGPT's 50304): the ids no text has are never drawn, and the checkpoint
+    fine-tunes on its task; a vocabulary larger than the model's is refused."""
+    (tmp_path / "t.txt").write_text("to be, or not to be: that is the question.\n" * 40)
+    common = ["--task", "textfile", "--data_dir", tmp_path / "t.txt", "--tokenizer", "char", "--cache_dir",
+              tmp_path / "cache", *TINY]
+    train.main([str(a) for a in [*common, "--vocab_size", "200", "--out_dir", tmp_path / "run"]])
+    y, out = run_sample("--ckpt", tmp_path / "run" / "ckpt.pt", "--start", "to", "--num_samples", 8,
+                        "--max_new_tokens", 60, "--temperature", "5", "--top_k", "0", "--device", "cpu")
+    n = len(set("to be, or not to be: that is the question.\n")) + 1    # the characters and the padding id 0
+    assert 0 < y.max() < n and len(out) > 8 * 60
+    ft = train.main([str(a) for a in [*common, "--init_from", tmp_path / "run" / "ckpt.pt", "--out_dir", tmp_path / "ft"]])
+    assert ft["config"]["vocab_size"] == 200
+    (tmp_path / "u.txt").write_text("to be, or not to be: that is the question?!\n" * 40)   # one more character
+    ckpt = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)
+    assert sample.tokenizer_of({**ckpt, "config": {"vocab_size": n + 1}}, str(tmp_path / "u.txt"))[1] == n + 1
+    with pytest.raises(sample.UsageError, match=f"rebuilt here has {n + 1} ids but the checkpoint's model has {n}:"):
+        sample.tokenizer_of({**ckpt, "config": {"vocab_size": n}}, str(tmp_path / "u.txt"))
+
+
 # ----------------------------------------------------------------------------------------------
 # bench.py --generate (records, not times: no test is timed)
 
