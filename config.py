@@ -552,7 +552,12 @@ def check_moot(args, typed, config):
             "min_lr": (args.schedule == "cosine", "--schedule cosine"),
             "short_len": (args.short_steps > 0, "--short_steps N"),
             "causal_scale": simple, "chunk": simple,
-            "sigma_loss_weight": (c.get("sigma") == "learned", "--sigma learned")}
+            "sigma_loss_weight": (c.get("sigma") == "learned", "--sigma learned"),
+            "mlp_ratio": (not c.get("mlp_hidden"), "--mlp_hidden 0 (a width of its own replaces the ratio)"),
+            "time_dim": (hyper := (c.get("weights") == "temporal" and not c.get("discrete")),
+                         "W(t) by hypernetworks (--weights temporal, not --discrete true)"),
+            "time_freqs": (hyper, "W(t) by hypernetworks (--weights temporal, not --discrete true)"),
+            "lora_scale": (c.get("lora_r", 0) > 0, "--lora_r r (with --lora_rank, --lora_alpha sets the scale)")}
     trains = next((k for k in ("max_iters", "lr", "schedule", "warmup", "min_lr", "lr_decay_iters", "weight_decay",
                                "beta1", "beta2", "eps", "grad_clip", "gate_lr_scale", "grad_accum", "eval_interval",
                                "log_interval", "attn_std_interval", "short_steps", "short_len", "time_limit",

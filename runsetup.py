@@ -52,10 +52,10 @@ def settings(argv, description=None):
     else:
         config_dict = dict(MODELS[args.model][1], **overrides)
     check_moot(args, typed, check_config(args.model, config_dict))   # bad settings fail before any data is loaded
-    causal = next((k for k in ("chunk", "causal_scale") if k in typed), None)   # (a new model: fit_to_task's)
-    if causal and config_dict.get("head") != "lm" and any(x is not None for x in (ckpt, source, pretrained)):
-        raise UsageError(f"--{causal} {config_dict[causal]}: it acts only with a language model's causal attention, "
-                         f"and this model is a classifier (head {config_dict.get('head')}); leave it out")
+    head = config_dict.get("head") if any(x is not None for x in (ckpt, source, pretrained)) else None
+    if head and (k := next((k for k in typed if k in HEAD_FIELDS and head not in HEAD_FIELDS[k][0]), None)):
+        raise UsageError(f"--{k} {config_dict[k]}: it acts only with {HEAD_FIELDS[k][1]}, and this model is "
+                         f"{'a language model' if head == 'lm' else f'a classifier (head {head})'}; leave it out")
     check_size(args, args.model, config_dict)                # and those that cannot fit in memory
     return args, batch_given, source, ckpt, pretrained, config_dict
 
@@ -165,14 +165,20 @@ def resume_state(args, given):
     return ckpt
 
 
+# the Config fields of one kind of head alone: (the heads, what the field acts with)
+HEAD_FIELDS = {"chunk": (("lm",), "a language model's causal attention"), "causal_scale": (("lm",), "a language "
+               "model's causal attention"), "learned_cls": (("cls", "match"), "a classifier's CLS token"),
+               "pool": (("cls", "match"), "a classifier's pooling of its tokens")}
+
+
 def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):
     """The Config fields the task decides (vocabulary, length, head, classes) where the settings leave them open.
     A checkpoint's model must fit the task as it is; BERT's gets a new classifier."""
     fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=task.kind, n_classes=task.n_classes)
-    causal = next((k for k in ("chunk", "causal_scale") if k in config_dict), None)
-    if causal and task.kind != "lm" and not from_checkpoint and pretrained is None:   # (no preset sets them: given)
-        raise UsageError(f"--{causal} {config_dict[causal]}: it acts only with a language model's causal attention, "
-                         f"and task {task_name} is a classifier; leave it out")
+    k = next((k for k in config_dict if k in HEAD_FIELDS and task.kind not in HEAD_FIELDS[k][0]), None)
+    if k and not from_checkpoint and pretrained is None:     # (given, or a preset of this task's: none such)
+        raise UsageError(f"--{k} {config_dict[k]}: it acts only with {HEAD_FIELDS[k][1]}, and task {task_name} is "
+                         f"{'a language model' if task.kind == 'lm' else 'a classifier'}; leave it out")
     for k in ("vocab_size", "head", "n_classes"):
         if from_checkpoint and config_dict[k] != fields[k] and not (k == "vocab_size" and config_dict[k] > fields[k]):
             raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {task_name} needs {fields[k]}")

@@ -258,6 +258,11 @@ def test_a_lora_rank_above_the_width_and_a_transfer_from_another_model_are_refus
     (["--model", "softmax", "--chunk", "8"], "--chunk 8: it acts only with simple attention"),
     (["--model", "transject", "--sigma", "random", "--sigma_loss_weight", "1"],
      "--sigma_loss_weight 1.0: it acts only with --sigma learned"),
+    (["--mlp_hidden", "32", "--mlp_ratio", "2"], "--mlp_ratio 2: it acts only with --mlp_hidden 0"),
+    (["--model", "diffeqformer", "--weights", "shared", "--time_dim", "4"], "--time_dim 4: it acts only with W(t) by "
+                                                                           "hypernetworks"),
+    (["--model", "diffeqformer", "--discrete", "true", "--time_freqs", "4"], "--time_freqs 4: it acts only with W(t)"),
+    (["--model", "diffeqformer", "--lora_scale", "2"], "--lora_scale 2.0: it acts only with --lora_r r"),
 ])
 def test_a_flag_that_would_change_nothing_is_refused(no_data, tmp_path, flags, said):
     with pytest.raises(train.UsageError) as e:
@@ -286,7 +291,9 @@ def test_training_flags_with_eval_only_are_refused(done, no_data, tmp_path):
 def test_the_same_flags_where_they_act_are_taken(no_data, tmp_path):
     for flags in (["--model", "transject", "--gate_lr_scale", "2"], ["--norm", "rezero", "--gate_lr_scale", "2"],
                   ["--schedule", "cosine", "--min_lr", "0.5", "--lr_decay_iters", "9"],
-                  ["--short_steps", "3", "--short_len", "8"], ["--causal_scale", "t", "--chunk", "8"]):
+                  ["--short_steps", "3", "--short_len", "8"], ["--causal_scale", "t", "--chunk", "8"],
+                  ["--mlp_ratio", "2"], ["--model", "diffeqformer", "--time_dim", "4", "--time_freqs", "3"],
+                  ["--model", "diffeqformer", "--discrete", "true", "--lora_r", "2", "--lora_scale", "2"]):
         runsetup.settings([*flags, "--out_dir", str(tmp_path / "a")])
 
 
@@ -306,3 +313,20 @@ def test_a_model_field_the_task_sets_is_the_tasks_or_refused(lra, tmp_path, monk
     monkeypatch.undo()
     assert run("--data_dir", lra, *TINY, "--max_iters", "1", "--vocab_size", "40", "--n_classes", "10",
                "--out_dir", tmp_path / "b")["config"]["vocab_size"] == 40                # more ids: taken
+
+
+def test_a_classifiers_field_on_a_language_model_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "t.txt").write_text("to be, or not to be: that is the question.\n" * 40)
+    common = ["--task", "textfile", "--data_dir", tmp_path / "t.txt", "--tokenizer", "char", "--cache_dir",
+              tmp_path / "c", *TINY[:4], *TINY[6:], "--max_iters", "1", "--block_size", "16"]   # (no --n_head)
+    run(*common, "--out_dir", tmp_path / "lm")
+    monkeypatch.setattr(train, "train_session", lambda *a: pytest.fail("a step was taken"))
+    for flags, said in ((["--learned_cls", "false"], "--learned_cls False: it acts only with a classifier's CLS token"),
+                        (["--model", "transject", "--pool", "max"], "--pool max: it acts only with a classifier's "
+                                                                    "pooling of its tokens")):
+        with pytest.raises(train.UsageError) as e:
+            run(*common, *flags, "--out_dir", tmp_path / "a")
+        one_line(e, said, "and task textfile is a language model; leave it out")
+    with pytest.raises(train.UsageError) as e:
+        run(*common, "--init_from", tmp_path / "lm" / "ckpt.pt", "--learned_cls", "false", "--out_dir", tmp_path / "b")
+    one_line(e, "--learned_cls False: it acts only with a classifier's CLS token, and this model is a language model")
