@@ -71,7 +71,8 @@ def check_run_record(ckpt, out_dir):
     finite = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     number = lambda v: finite(v) and v >= 0
     best = ckpt.get("best")
-    fine = {"iter": lambda v: not isinstance(ckpt["args"].get("max_iters"), int) or v <= ckpt["args"]["max_iters"],
+    fine = {"iter": lambda v: type(v) is int and (not isinstance(ckpt["args"].get("max_iters"), int)
+                                                  or v <= ckpt["args"]["max_iters"]),
             "time": number, "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 2**16,
             "gate_start": lambda v: isinstance(v, dict) and all(map(finite, v.values())),
             "best": lambda v: v is None or isinstance(v, dict) and isinstance(v.get("step"), int)
@@ -80,6 +81,11 @@ def check_run_record(ckpt, out_dir):
     if bad:
         raise UsageError(f"{out_dir}/ckpt.pt: its record {bad!r} is damaged ({data.one_line(repr(ckpt[bad]), 60)}); "
                          "start a new run, or --init_from it in another --out_dir")
+    moments = [t for s in ckpt["optimizer"].get("state", {}).values() if isinstance(s, dict) for t in s.values()
+               if torch.is_tensor(t) and t.is_floating_point()]
+    if not all(torch.isfinite(t).all() for t in moments):    # (Adam's moments: a nan would reach every weight)
+        raise UsageError(f"{out_dir}/ckpt.pt: its optimizer state holds a value that is not finite (damaged); start a "
+                         "new run, or --init_from it in another --out_dir")
     path = os.path.join(out_dir, "best.pt")
     if best is None or data.file_problem(path) == "does not exist":
         if best is not None:

@@ -405,6 +405,10 @@ def edit_ckpt(path, **change):
     (dict(config=lambda c: {**c["config"], "n_head": 3}), "ckpt.pt: bad model settings: n_embd (16) must be a "),
     (dict(iter=10**12), "its record 'iter' is damaged (1000000000000)"),          # past the run's --max_iters 2
     (dict(iter=3), "its record 'iter' is damaged (3)"),
+    (dict(iter=True), "its record 'iter' is damaged (True)"),                      # (a bool is an int to Python)
+    (dict(optimizer=lambda c: {**c["optimizer"], "state": {**c["optimizer"]["state"], 0: {
+        k: v.clone().fill_(float("nan")) if k == "exp_avg_sq" else v for k, v in c["optimizer"]["state"][0].items()}}}),
+     "its optimizer state holds a value that is not finite (damaged)"),
     (dict(model=lambda c: {k: v.clone().fill_(float("nan")) if k.endswith("qkv.weight") else v
                            for k, v in c["model"].items()}), "ckpt.pt: a weight is not finite (nan or inf)"),
 ])
