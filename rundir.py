@@ -127,7 +127,8 @@ class RunDir:
     def check_new_run(self, overwrite):
         """A new run or evaluation never writes over another's checkpoint or results unless told to (--overwrite:
         its files go)."""
-        held = [n for n in ("ckpt.pt", "best.pt", "metrics.json") if os.path.lexists(self.file(n))]
+        held = [n for n in ("ckpt.pt", "best.pt", "metrics.json") if os.path.lexists(self.file(n))] + [
+            "log.jsonl"] * bool(os.path.isfile(self.file("log.jsonl")) and os.path.getsize(self.file("log.jsonl")))
         if not held:
             return
         if not overwrite and held[0] == "ckpt.pt":
@@ -137,7 +138,8 @@ class RunDir:
         if not overwrite:
             raise UsageError(f"{self.path} holds the results of a run or an evaluation ({', '.join(held)}): "
                              "--overwrite to replace them, or another --out_dir")
-        self.discard("ckpt.pt", "best.pt", "loss.png")      # (metrics.json: replaced whole, or by train_session)
+        self.discard("ckpt.pt", "best.pt", "loss.png")      # (metrics.json: replaced whole, or by train_session;
+        # log.jsonl: a new one)
 
     def discard(self, *names):
         if self.master:

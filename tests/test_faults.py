@@ -370,6 +370,12 @@ def test_a_new_run_never_replaces_another_unless_told(lra, tmp_path, monkeypatch
         run("--init_from", out / "best.pt", "--eval_only", "--out_dir", out.parent / "o2")
     one_line(e, f"{out.parent / 'o2'} holds a run (ckpt.pt at step 2)")
     run("--init_from", out / "ckpt.pt", "--eval_only", "--out_dir", ev, "--overwrite")            # told: replaced
+    (out.parent / "lg").mkdir()                              # a run's log alone (killed before its first checkpoint)
+    (out.parent / "lg" / "log.jsonl").write_bytes(log := (out / "log.jsonl").read_bytes())
+    with pytest.raises(train.UsageError) as e:
+        run("--data_dir", lra, *TINY, "--max_iters", "1", "--out_dir", out.parent / "lg")
+    assert one_line(e) == (f"{out.parent / 'lg'} holds the results of a run or an evaluation (log.jsonl): --overwrite "
+                           "to replace them, or another --out_dir") and (out.parent / "lg" / "log.jsonl").read_bytes() == log
 
 
 # ----------------------------------------------------------------------------------------------
