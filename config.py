@@ -86,7 +86,7 @@ def model_module(name):
 # What every flag and Config field allows, checked before any data is read: name -> (test, what is allowed).
 # Floats must also be finite. Fields that a model's Config checks itself (choices, n_embd % n_head) are left to it.
 AT_LEAST = {n: (lambda v, lo=lo: isinstance(v, int) and v >= lo, f"an integer >= {lo}") for lo, names in (
-    (0, ("warmup", "short_steps", "lora_rank", "lora_r", "attn_std_interval")),
+    (0, ("warmup", "short_steps", "lora_rank", "lora_r", "attn_std_interval", "mlp_hidden")),
     (1, ("max_iters", "batch_size", "grad_accum", "eval_interval", "eval_iters", "log_interval", "short_len", "steps",
          "lr_decay_iters", "n_train", "block_size", "n_layer", "n_head", "n_embd", "mlp_ratio", "n_experts",
          "time_dim", "time_freqs")),
@@ -97,7 +97,7 @@ LIMITS = {
     "seed": (lambda v: 0 <= v < 2**32, "an integer from 0 to 2**32 - 1"),
     "lr": (lambda v: v >= 0, "a number >= 0"),
     **{n: (lambda v: v > 0, "a number > 0") for n in ("eps", "lora_alpha", "T", "temperature", "peak_tflops",
-                                                       "max_minutes")},
+                                                       "max_minutes", "layer_norm_eps", "lora_scale")},
     "time_limit": (lambda v: v > 0, "a number of minutes > 0"),
     "min_lr": (lambda v: 0 <= v <= 1, "a fraction of lr from 0 to 1"),
     "beta1": (lambda v: 0 <= v < 1, "a number from 0 to 1 (1 excluded)"),

@@ -416,12 +416,14 @@ ACCEPT = {"warmup": [0, 5], "max_iters": [1], "batch_size": [1], "vocab_size": [
           "seed": [0, 2**32 - 1], "lr": [0.0, 1e-3], "eps": [1e-30], "lora_alpha": [1e-3], "time_limit": [0.01],
           "min_lr": [0.0, 1.0], "beta1": [0.0, 0.999], "beta2": [0.0, 0.999], "dropout": [0.0, 0.999],
           "weight_decay": [0.0], "grad_clip": [0.0], "gate_lr_scale": [0.0], "schedule": ["rsqrt", "cosine"],
-          "device": ["auto", "cpu", "mps", "cuda", "cuda:3"], "out_dir": ["x"], "n_embd": [1], "init_from": [None]}
+          "device": ["auto", "cpu", "mps", "cuda", "cuda:3"], "out_dir": ["x"], "n_embd": [1], "init_from": [None],
+          "mlp_hidden": [0, 8], "layer_norm_eps": [1e-12], "lora_scale": [1e-3]}
 REJECT = {"warmup": [-1, 1.5], "max_iters": [0, "3"], "batch_size": [0], "vocab_size": [1], "n_classes": [1, -2],
           "seed": [-1, 2**32], "lr": [-1e-9, float("nan"), float("inf")], "eps": [0.0], "lora_alpha": [0.0],
           "time_limit": [0.0], "min_lr": [-0.1, 1.0001], "beta1": [1.0, -0.1], "beta2": [1.0], "dropout": [1.0, -0.1],
           "weight_decay": [-1.0], "grad_clip": [-0.5], "gate_lr_scale": [-1.0], "schedule": ["linear"],
-          "device": ["gpu", "cuda:", "cuda:x"], "out_dir": [" "], "n_embd": [0]}
+          "device": ["gpu", "cuda:", "cuda:x"], "out_dir": [" "], "n_embd": [0], "mlp_hidden": [-8],
+          "layer_norm_eps": [0.0, -1.0], "lora_scale": [0.0]}
 
 
 @pytest.mark.parametrize("name", sorted(ACCEPT))
