@@ -74,8 +74,7 @@ class Table:
     doc: str = None           # the markdown file whose block the table rewrites (None: RESULTS_MD)
 
 
-# ----------------------------------------------------------------------------------------------
-# Reference baselines
+# ---- Reference baselines ---------------------------------------------------------------------
 
 def ngram_perplexities(train, split):
     """Unigram (add-one) and interpolated Kneser-Ney bigram (discount 0.75) perplexities on exactly the targets
@@ -139,10 +138,8 @@ def kn_tables(train, n, V):
     should know is how many contexts w follows, not how often."""
     tables = {}
     for k in range(1, n + 1):
-        if k == n:
-            hw, c = np.unique(grams(train, k, V), return_counts=True)
-        else:
-            hw, c = np.unique(np.unique(grams(train, k + 1, V)) % V ** k, return_counts=True)  # drop the oldest
+        seen = grams(train, k, V) if k == n else np.unique(grams(train, k + 1, V)) % V ** k  # (drop the oldest)
+        hw, c = np.unique(seen, return_counts=True)
         h, start = np.unique(hw // V, return_index=True)
         tables[k] = (hw, c, h, np.add.reduceat(c, start), np.diff(np.append(start, len(hw))))
     return tables
@@ -191,8 +188,7 @@ def char_baselines(task, args):
             for name, probs in models]
 
 
-# The small ListOps setting: depth 3, 2-3 arguments, 5-20 tokens. Nested evaluation is learnable here in minutes,
-# and the reference rules (majority, top-level operator, top-level digits) are far below what a model can reach.
+# Small ListOps: nested evaluation is learnable in minutes, and the reference rules are far below what a model reaches
 LISTOPS_SMALL_SETTING = "--listops_depth 3 --listops_args 2,3 --listops_len 5,20 --listops_sizes 96000,2000,2000"
 HELDOUT = os.path.join("out", "exp", "listops-small", "heldout")
 
@@ -277,13 +273,11 @@ def sweep_report(name, table, seeds):
 
 def majority_baseline(task, args):
     """The most frequent training label, answered for every example."""
-    train = np.asarray(task.split("train").labels)
-    y = int(np.bincount(train).argmax())
+    y = int(np.bincount(np.asarray(task.split("train").labels)).argmax())
     return [("majority class", *(float((np.asarray(task.split(s).labels) == y).mean()) for s in ("val", "test")))]
 
 
-# ----------------------------------------------------------------------------------------------
-# Recall (docs/recall.md): MQAR, selective copying and induction heads, beside the state each model keeps
+# ---- Recall (docs/recall.md): MQAR, selective copying and induction heads, beside the state each model keeps ----
 
 RECALL_MD = os.path.join(ROOT, "docs", "recall.md")
 RECALL_IMG = os.path.join(ROOT, "docs", "img", "recall-state.png")
@@ -352,12 +346,12 @@ def recall_report(name, table, seeds):
              "over the seeds: per answer token, per example (every answer right), and per answer token on 3,000 "
              "held-out examples of a second generator (experiments/heldout_recall.py); the steps at which the mean "
              "training accuracy per answer over 50 steps first reaches 50% (off the plateau of 1/P) and 99%, per seed "
-             "(– never).",
-             f"Reproduce (and rewrite this block): `python experiments.py {name}"
+             "(– never).", f"Reproduce (and rewrite this block): `python experiments.py {name}"
              f"{'' if seeds == [0, 1, 2] else ' --seeds ' + ','.join(map(str, seeds))} --jobs 2`. Common flags: "
              f"`{table.common}`; each row adds its own (`python experiments.py --list {name}`).", "",
              "| task | length | pairs | width | model | state (floats) | test, per answer | test, per example | "
-             "held-out, per answer | steps to 50% | steps to 99% |", "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "held-out, per answer | steps to 50% | steps to 99% |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"]
     for model, task, length, pairs, width, state, acc, ex, held, phase in cells:
         steps = [" / ".join("–" if p[i] is None else f"{p[i]:,}" for p in phase) for i in (0, 1)]
         lines.append(f"| {task} | {length} | {pairs or '–'} | {width} | {model} | {state:,} | {mean_std(acc, 2)} | "
@@ -376,7 +370,6 @@ def recall_figure(cells, png):
     """Zoology's figure: per setting, test accuracy per answer against the state kept (floats, log), one point per
     model and width (mean over seeds, bars from the lowest to the highest)."""
     from matplotlib.figure import Figure
-    import data
     settings = list(dict.fromkeys((task, length, pairs) for _, task, length, pairs, *_ in cells))
     width = max(6.4, 3.4 * len(settings))                    # inches: one panel as wide as the title and legend
     fig = Figure(figsize=(width, 3.8))
@@ -388,8 +381,7 @@ def recall_figure(cells, png):
             pts = sorted((state, statistics.mean(acc), min(acc), max(acc)) for m, t, L, P, _, state, acc, *_ in cells
                          if (m, t, L, P) == (model, task, length, pairs))
             x, y, lo, hi = map(np.array, zip(*pts))
-            ax.errorbar(x, y, yerr=[y - lo, hi - y], marker="osD^"[i % 4], ms=5, capsize=2, label=model,
-                        color=f"C{i}")
+            ax.errorbar(x, y, yerr=[y - lo, hi - y], marker="osD^"[i % 4], ms=5, capsize=2, label=model, color=f"C{i}")
         if pairs:                                            # the plateau: a value of the context, not the asked one
             ax.axhline(100 / pairs, color="gray", ls=":", lw=1)
             ax.annotate(f"1/P = {100 / pairs:g}%", (0.01, 100 / pairs + 1.5), xycoords=("axes fraction", "data"),
@@ -431,8 +423,7 @@ def deq_grid(seeds):
             f"`python experiments.py deq-grid`.\n\n" + "\n".join(lines) + f"\n\nMachine: {config.machine()}.")
 
 
-# ----------------------------------------------------------------------------------------------
-# The tables
+# ---- The tables ------------------------------------------------------------------------------
 
 PTB = ("--task ptb --n_layer 4 --n_embd 128 --block_size 64 --batch_size 16 --max_iters 600 --lr 1e-3 --beta2 0.95 "
        "--warmup 15 --schedule cosine --min_lr 0.1 --grad_clip 1.0 --eval_interval 300 --dropout 0.0")
@@ -523,11 +514,13 @@ def recall_rows(settings, widths):
 
 RECALL_ROWS = [row for setting, widths in RECALL_RUN for row in recall_rows((setting,), widths)]
 RECALL_GRID_ROWS = recall_rows(RECALL_SETTINGS, RECALL_WIDTHS)
-RECALL_TASK_ROWS = [recall_row(label, recall_flags(m), task, L, P, 64)
-                    for task, L, P in (("copy", 64, 8), ("induction", 128, None)) for label, (m, _) in RECALL_MODELS.items()]
+RECALL_TASK_ROWS = [recall_row(label, recall_flags(m), task, L, P, 64) for task, L, P in
+                    (("copy", 64, 8), ("induction", 128, None)) for label, (m, _) in RECALL_MODELS.items()]
 RECALL_LR_ROWS = [Row(f"{label} lr {lr}", f"{RECALL_CHECK} {recall_flags(m, lr)}")
                   for label, (m, _) in RECALL_MODELS.items() for lr in RECALL_LR_GRID]
-RECALL_LR_ROWS.append(Row("SimpleTRON pre-LN lr 1e-3", f"{RECALL_CHECK} {recall_flags('simpletron', '1e-3')} --norm pre"))
+RECALL_LR_ROWS += [Row("SimpleTRON pre-LN lr 1e-3", f"{RECALL_CHECK} {recall_flags('simpletron', '1e-3')} --norm pre")]
+# recall-check: each model of config.MODELS (a fork's too) at 64 tokens, 4 pairs, 64 wide; its row is --rows NAME
+RECALL_CHECK_ROWS = [Row(name, f"{RECALL_CHECK} {recall_flags(name)}") for name in config.MODELS]
 
 
 def phase_steps(run_dir, levels=(0.5, 0.99), window=50):
@@ -539,12 +532,6 @@ def phase_steps(run_dir, levels=(0.5, 0.99), window=50):
     return [int(steps[mean >= level][0]) if (mean >= level).any() else None for level in levels]
 
 
-def recall_check_rows():
-    """recall-check: every model of config.MODELS (one added by a fork too) at 64 tokens, 4 pairs, 64 wide; the
-    row of model NAME is --rows NAME."""
-    return [Row(name, f"{RECALL_CHECK} {recall_flags(name)}") for name in config.MODELS]
-
-
 TABLES = {
     "deq-grid": Table("DiffEqFormer's Euler grid against its own flow, at initialisation", "", [], compute=deq_grid),
     "ptb": Table(
@@ -553,8 +540,7 @@ TABLES = {
          Row("DiffEqFormer (4 Euler steps, d_t = 8)", "--model diffeqformer --n_head 4 --time_dim 8", DISCRETE),
          Row("SimpleTRON (causal, variant res)", "--model simpletron --n_head 4"),
          Row("TransJect (learned Σ, E = 4)", "--model transject"),
-         Row("Transformer + ReZero", "--model softmax --n_head 4 --norm rezero")],
-        lm_baselines),
+         Row("Transformer + ReZero", "--model softmax --n_head 4 --norm rezero")], lm_baselines),
     "ptb-long": Table(
         "Penn Treebank, word level, longer: 4 layers, 128 wide, 64-token windows, batch 16, dropout 0.1, 5,000 steps",
         PTB_LONG, [Row("GPT (softmax, pre-LN)", "--model softmax --n_head 4 --norm pre"),
@@ -565,9 +551,7 @@ TABLES = {
                               "per seed", first_below)),
     "ptb-char": Table(
         "Penn Treebank, characters: nanoGPT's CPU recipe (4 layers, 128 wide, 64-character windows, batch 12, "
-        "2,000 steps)",
-        PTB_CHAR, PTB_CHAR_ROWS, char_baselines, unit="bpc", note=PTB_CHAR_NOTE),
-    # The same rows on any text file (train.py --task textfile: its first 90% train, the last 10% val, no test)
+        "2,000 steps)", PTB_CHAR, PTB_CHAR_ROWS, char_baselines, unit="bpc", note=PTB_CHAR_NOTE),
     "text-char": Table(
         "A text file of your choice, characters (--data_dir FILE): ptb-char's recipe and rows",
         PTB_CHAR.replace("--task ptb", "--task textfile"), [Row(r.name, r.flags) for r in PTB_CHAR_ROWS],
@@ -597,8 +581,7 @@ TABLES = {
         "2,000 trees): the small-ListOps recipe (2 layers, 64 wide, batch 32, 3,000 steps)",
         f"--task listops {LISTOPS_RECIPE}",
         [Row(f"depth {depth}, 2-{most} arguments, {model}", f"{sweep_setting(depth, most)} {flags}")
-         for depth, most in SWEEP for model, flags in LISTOPS_MODELS],
-        report=sweep_report),
+         for depth, most in SWEEP for model, flags in LISTOPS_MODELS], report=sweep_report),
     "listops-small": Table(
         "Small ListOps (depth 3, 2–3 arguments, 5–20 tokens; 96,000 / 2,000 / 2,000 trees): 2 layers, 64 wide, "
         "batch 32, 3,000 steps",
@@ -610,8 +593,7 @@ TABLES = {
     "agnews": Table(
         "AG News from all-MiniLM-L6-v2 (SimpleTRON §5.3): 6 layers, 384 wide, BERT's WordPiece, 64 tokens, batch 16, "
         "100 steps",
-        AGNEWS, [*FINETUNED,
-         Row("SimpleTRON from scratch, same shape", BERT_SHAPE + " --model simpletron --lr 5e-4"),
+        AGNEWS, [*FINETUNED, Row("SimpleTRON from scratch, same shape", BERT_SHAPE + " --model simpletron --lr 5e-4"),
          Row("softmax Transformer from scratch, same shape", BERT_SHAPE + " --model softmax --lr 5e-4")],
         majority_baseline),
     "agnews-long": Table(
@@ -622,15 +604,13 @@ TABLES = {
         FINETUNED, majority_baseline),
     "depth": Table(
         "Depth (SimpleTRON §5.2) on the small ListOps of the quickstart (20,000 / 1,000 / 1,000 trees): 64 wide, "
-        "batch 32, 500 steps",
-        SMALL + " --attn_std_interval 25",                   # Fig. 5 too: python analyze.py attnstd --run ...
+        "batch 32, 500 steps", SMALL + " --attn_std_interval 25",   # Fig. 5 too: python analyze.py attnstd --run ...
         [Row(f"{name}, {n} block{'s' * (n > 1)}", f"--model {model} --n_layer {n}")
          for model, name in (("simpletron", "SimpleTRON"), ("softmax", "softmax Transformer")) for n in range(1, 7)]),
     "transfer": Table(
         "Attention transfer (SimpleTRON §4.2): a softmax Transformer with SimpleTRON's trained q/k/v, frozen; the "
         "small ListOps, 2 blocks, 64 wide, batch 32, 500 steps",
-        SMALL + " --n_layer 2", [Row("SimpleTRON", "--model simpletron"),
-         Row("softmax Transformer", "--model softmax"),
+        SMALL + " --n_layer 2", [Row("SimpleTRON", "--model simpletron"), Row("softmax Transformer", "--model softmax"),
          Row("softmax with SimpleTRON's q/k/v, frozen",
              "--model softmax --transfer_from out/exp/transfer/simpletron-s{SEED}/ckpt.pt")]),
     "recall": Table(
@@ -640,21 +620,18 @@ TABLES = {
         RECALL_RECIPE, RECALL_ROWS, prepare=lambda: recall_prepare(RECALL_ROWS), report=recall_report, doc=RECALL_MD),
     "recall-grid": Table(
         "MQAR over Zoology's settings (64, 4), (128, 8), (256, 16) and (256 tokens, 32 pairs): 2 layers, one head, "
-        "widths 32, 64, 128, 3,000 steps of 64 examples",
-        RECALL_RECIPE, RECALL_GRID_ROWS, prepare=lambda: recall_prepare(RECALL_GRID_ROWS), report=recall_report,
-        doc=RECALL_MD),
+        "widths 32, 64, 128, 3,000 steps of 64 examples", RECALL_RECIPE, RECALL_GRID_ROWS, doc=RECALL_MD,
+        prepare=lambda: recall_prepare(RECALL_GRID_ROWS), report=recall_report),
     "recall-tasks": Table(
         "Selective copying (64 tokens, 8 data tokens) and induction heads (128 tokens), vocabulary 16: 2 layers, "
-        "64 wide, 3,000 steps of 64 examples",
-        RECALL_RECIPE, RECALL_TASK_ROWS, prepare=lambda: recall_prepare(RECALL_TASK_ROWS), report=recall_report,
-        doc=RECALL_MD),
+        "64 wide, 3,000 steps of 64 examples", RECALL_RECIPE, RECALL_TASK_ROWS, doc=RECALL_MD,
+        prepare=lambda: recall_prepare(RECALL_TASK_ROWS), report=recall_report),
     "recall-lr": Table(
         "The learning-rate grid of the recall tables: MQAR at 64 tokens, 4 pairs, 64 wide, each model at 2.5e-4, "
-        "5e-4, 1e-3 and 2e-3",
-        RECALL_RECIPE, RECALL_LR_ROWS, doc=RECALL_MD),
+        "5e-4, 1e-3 and 2e-3", RECALL_RECIPE, RECALL_LR_ROWS, doc=RECALL_MD),
     "recall-check": Table(
         "A new model's recall beside the GPT's: MQAR at 64 tokens, 4 pairs, 64 wide, the recall recipe",
-        RECALL_RECIPE, recall_check_rows(), doc=RECALL_MD),
+        RECALL_RECIPE, RECALL_CHECK_ROWS, doc=RECALL_MD),
     "listops-lra": Table(
         "LRA ListOps (generated by the LRA recipe): 2 layers, 64 wide, batch 16, 1,000 steps",
         LISTOPS_LRA, [Row("SimpleTRON (res)", "--model simpletron"),
@@ -689,9 +666,8 @@ def commands(name, table, seeds, data_dir, bert_dir=None):
 
 
 def check_data(cmds):
-    """Every run still to do, its flags checked by train.py's own code in this process before any run starts, and
-    the first one's data: bad input is one line, not runs failing in turn (a run from another's checkpoint, not
-    there yet: left to itself)."""
+    """Check every run still to do with train.py's own code before any starts (its flags, the first one's data):
+    bad input is one line, not runs failing in turn. A run from a checkpoint not yet there is left to itself."""
     todo = [a for d, a in cmds if not {"--init_from", "--transfer_from"} & set(shlex.split(a))
             and not os.path.isfile(f"{d}/metrics.json")]
     here = os.getcwd()
@@ -738,8 +714,7 @@ def run_all(cmds, jobs):
         if killed:
             sys.exit("stopped (SIGTERM): each run kept its checkpoint; the same command continues the table")
         raise
-    failed = [d for d, _ in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]
-    if failed:
+    if failed := [d for d, _ in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]:
         sys.exit(f"error: {len(failed)} runs did not finish; see {failed[0]}/stdout.txt")
 
 
@@ -752,28 +727,26 @@ def reap(running):
     return [(d, p) for d, p in running if p.returncode is None]
 
 
-# ----------------------------------------------------------------------------------------------
-# The markdown
+# ---- The markdown ----------------------------------------------------------------------------
 
 def mean_std(values, digits):
     if not values:
         return "–"
-    m = statistics.mean(values)
-    s = statistics.stdev(values) if len(values) > 1 else 0.0
+    m, s = statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
     return f"{m:.{digits}f} ± {s:.{digits}f}"
 
 
 def load_metrics(d):
     """The metrics.json of a finished run (a JSON object), or one line saying what is wrong and what to do."""
     path = os.path.join(d, "metrics.json")
-    if data.file_problem(path):
-        raise UsageError(f"{path} {data.file_problem(path)}: the run has not finished; run its table without "
-                         "--report_only")
+    if problem := data.file_problem(path):
+        raise UsageError(f"{path} {problem}: the run has not finished; run its table without --report_only")
     with data.reading(path, "is damaged", f"; delete {d} and run its table again"), open(
             path, encoding="utf-8-sig") as f:                # (a byte-order mark, as an editor may write: skipped)
         m = json.load(f)
     if bad := metrics_problem(m):
-        raise UsageError(f"{path} is not the metrics.json of a train.py run ({bad}); delete {d} and run its table again")
+        raise UsageError(f"{path} is not the metrics.json of a train.py run ({bad}); "
+                         f"delete {d} and run its table again")
     return Metrics(path, {k: Metrics(path, v) if isinstance(v, dict) else v for k, v in m.items()})
 
 
@@ -814,38 +787,35 @@ def gate_cell(ms):
     if not gates or not gates[0]:
         return ""
     model, L = ms[0]["model"], ms[0]["config"]["n_layer"]
-    vals, used = [], []
-    for g in gates:
-        for name, v in g.items():
-            x = (1 + math.tanh(v["value"] / 2)) / 2 / L if model == "transject" else v["value"]   # (sigmoid)
-            vals.append(x)
-            used.append(v["used"])
+    vals = [(1 + math.tanh(v["value"] / 2)) / 2 / L if model == "transject" else v["value"]   # (sigmoid)
+            for g in gates for v in g.values()]
+    used = [v["used"] for g in gates for v in g.values()]
     what = "α_l/L" if model == "transject" else "α"
     return f"{what} {min(vals):.3f}–{max(vals):.3f}, {100 * max(used):.0f}% of step budget"
 
 
 def render(name, table, seeds, data_dir, baselines):
-    lm = None
+    bert = " --bert_dir BERT" if any("{BERT}" in r.flags for r in table.rows) else ""
     lines = [f"**{table.title}.** Seeds {', '.join(map(str, seeds))}; mean ± standard deviation over the seeds. ",
              f"Reproduce (and rewrite this block): `python experiments.py {name}"
-             f"{'' if seeds == [0, 1, 2] else ' --seeds ' + ','.join(map(str, seeds))}{' --data_dir DIR' if data_dir else ''}{' --bert_dir BERT' if any('{BERT}' in r.flags for r in table.rows) else ''}`. "
-             f"Common flags: `{table.common}`.", ""]
-    rows, bpc = [], table.unit == "bpc"
+             f"{'' if seeds == [0, 1, 2] else ' --seeds ' + ','.join(map(str, seeds))}"
+             f"{' --data_dir DIR' if data_dir else ''}{bert}`. Common flags: `{table.common}`.", ""]
+    rows, bpc, lm = [], table.unit == "bpc", None
     key, digits, scale = ("loss", 3, 1 / math.log(2)) if bpc else (None, 2, None)
+
+    def cell(ms, split, only_present):                       # mean ± std over the seeds (only_present: of runs with it)
+        return mean_std([scale * m[f"{split}_{key}"] for m in ms if not only_present or f"{split}_{key}" in m], digits)
     for row in table.rows:
         ms = [load_metrics(run_dir(name, row, s)) for s in seeds]
         lm = "val_ppl" in ms[0]
         if not bpc:
             key, scale = ("ppl", 1) if lm else ("acc", 100)
         params = f"{ms[0]['n_params'] / 1e6:.2f}M" if ms[0]['n_params'] >= 1e6 else f"{ms[0]['n_params'] / 1e3:.0f}k"
-        rows.append((row.name, row.flags, params, mean_std([scale * m[f"val_{key}"] for m in ms], digits),
-                     mean_std([scale * m[f"test_{key}"] for m in ms if f"test_{key}" in m], digits), gate_cell(ms),
+        rows.append((row.name, row.flags, params, cell(ms, "val", False), cell(ms, "test", True), gate_cell(ms),
                      table.column[1]([run_dir(name, row, s) for s in seeds], baselines) if table.column else ""))
         for label, flags in row.evals:
             es = [load_metrics(run_dir(name, row, s, label)) for s in seeds]
-            rows.append((f"↳ {label}", flags, "", mean_std([scale * m[f"val_{key}"] for m in es if f"val_{key}" in m],
-                                                            digits),
-                         mean_std([scale * m[f"test_{key}"] for m in es], digits), "", ""))
+            rows.append((f"↳ {label}", flags, "", cell(es, "val", True), cell(es, "test", False), "", ""))
     unit = "bits per character" if bpc else "ppl" if lm else "acc (%)"
     show = (any(r[5] for r in rows), bool(table.column))      # the gates column, the table's own column
     extra = [h for h, on in zip(("gates after training", table.column and table.column[0]), show) if on]
@@ -890,10 +860,8 @@ def write_block(name, text, path=RESULTS_MD):
     begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
     doc = open(path, encoding="utf-8").read() if os.path.isfile(path) else "# Results\n"
     block = f"{begin}\n{text}\n{end}"
-    if begin in doc:
-        doc = doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):]
-    else:
-        doc = doc.rstrip("\n") + f"\n\n{block}\n"
+    doc = (doc[:doc.index(begin)] + block + doc[doc.index(end) + len(end):] if begin in doc
+           else doc.rstrip("\n") + f"\n\n{block}\n")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     data.atomic_write_text(path, doc)
 
@@ -901,10 +869,8 @@ def write_block(name, text, path=RESULTS_MD):
 def chosen_rows(name, wanted):
     """The rows --rows names: each NAME a row's folder name (slug) or a pattern with *, in the table's order."""
     table, names = TABLES[name], [w.strip() for w in wanted.split(",") if w.strip()]
-    for w in names:
-        if not any(fnmatch.fnmatchcase(slug(r.name), w) for r in table.rows):
-            raise UsageError(f"--rows {w}: no row of {name} is called so; python experiments.py --list {name} "
-                     "names them")
+    if bad := next((w for w in names if not any(fnmatch.fnmatchcase(slug(r.name), w) for r in table.rows)), None):
+        raise UsageError(f"--rows {bad}: no row of {name} is called so; python experiments.py --list {name} names them")
     if not names:
         raise UsageError("--rows needs NAME,... (python experiments.py --list TABLE names the rows)")
     return [r for r in table.rows if any(fnmatch.fnmatchcase(slug(r.name), w) for w in names)]
@@ -973,10 +939,8 @@ def check(a):
         raise UsageError(f"{doc} cannot be written: {problem}")
     if a.report_only:
         cmds = commands(name, table, [int(s) for s in seeds], a.data_dir, a.bert_dir)
-        dirs = [d for d, _ in cmds]
-        missing = [d for d in dirs if not os.path.lexists(os.path.join(d, "metrics.json"))]
-        if missing:
-            raise UsageError(f"--report_only: {len(missing)} of {len(dirs)} runs have not finished (no "
+        if missing := [d for d, _ in cmds if not os.path.lexists(os.path.join(d, "metrics.json"))]:
+            raise UsageError(f"--report_only: {len(missing)} of {len(cmds)} runs have not finished (no "
                              f"{os.path.join(missing[0], 'metrics.json')}): run python experiments.py {name} "
                              f"--seeds {a.seeds} first")
         for d, argv in cmds:                                 # train.py's, with what every table reads: a run's val
@@ -1014,11 +978,8 @@ def main(argv=None):
     if not a.report_only:
         check_data(cmds)
         run_all(cmds, a.jobs)
-    baselines = []
-    if table.baselines is not None:
-        baselines = table.baselines(*task_of(run_dir(a.table, table.rows[0], seeds[0])))
-    text = (table.report(a.table, table, seeds) if table.report else
-            render(a.table, table, seeds, a.data_dir, baselines))
+    baselines = [] if table.baselines is None else table.baselines(*task_of(run_dir(a.table, table.rows[0], seeds[0])))
+    text = table.report(a.table, table, seeds) if table.report else render(a.table, table, seeds, a.data_dir, baselines)
     print(text)
     if a.rows is None:
         write_block(a.table, text, table.doc or RESULTS_MD)
