@@ -919,8 +919,10 @@ def parse(argv):
         args.lengths.strip() != ""                           # a flag honoured or refused, never dropped:
     acts = {"contexts": (args.generate, "--generate"), "new_tokens": (args.generate, "--generate"),
             "cache_dir": (args.loop or args.wall, "--loop or --wall"),
+            "max_minutes": (not (args.loop or args.wall), "the benchmarks it estimates, not --loop or --wall"),
             "lengths": (not (args.loop or args.wall), "the step benchmark or --compile (--loop: the README's runs)"),
-            "checkpointing": (steps and not (mode or args.infer_only), "training steps at --lengths (not --infer_only)"),
+            "checkpointing": (steps and not (mode or args.infer_only),
+                              "training steps at --lengths (not --infer_only)"),
             "compare_only": (not (mode or args.infer_only), "training steps of the step benchmark (not --infer_only)"),
             "inner": (not (mode or args.infer_only) and (steps or args.nanogpt or not args.generate),
                       "nanoGPT's configuration's training step, in the step benchmark"),
@@ -955,6 +957,16 @@ def read_lists(args, device):
         raise UsageError(f"--models {args.models!r} names no model; choose from {choices}")
     if not lengths and not (args.compare_only or args.loop or args.wall or args.generate):
         raise UsageError(f"--lengths {args.lengths!r} names no length (only --generate runs without one)")
+    whole, alone = [m for m in models if m in SPEED_MODELS], "whole models (an attention alone has no "
+    if moot := next((f"--{f}{'' if v is True else f' {v}'}: it acts only with {what}, which --models {args.models} "
+                     "has not; leave it out" for f, v, default, used, what in (   # (a flag no model named has)
+                         ("checkpointing", args.checkpointing, False, whole, alone + "blocks)"),
+                         ("n_layer", args.n_layer, 4, whole, alone + "layers)"),
+                         ("vocab", args.vocab, 256, whole, alone + "embedding)"),
+                         ("n_head", args.n_head, 4, set(models) - {"transject"}, "heads (TransJect has none)"),
+                         ("time_dim", args.time_dim, None, set(models) & {"diffeqformer"}, "--models diffeqformer"))
+                     if models and v != default and not used), None):
+        raise UsageError(moot)
     args.context_list = int_list("contexts", args.contexts) if args.generate else []
     if args.generate and (not args.context_list or min(args.context_list) < 1):
         raise UsageError("--generate needs --contexts of at least 1 token and --new_tokens of at least 1")

@@ -116,7 +116,8 @@ LIMITS = {
     "threads": (lambda v: isinstance(v, int) and 0 <= v <= (os.cpu_count() or 1),
                 f"an integer from 0 (torch's own choice) to {os.cpu_count() or 1}, the cores of this machine"),
     **{n: (lambda v: isinstance(v, int) and v >= 1, "an integer >= 1") for n in (
-        "k", "n_seq", "max_len", "batch", "repeats", "inner", "new_tokens", "num_samples")},
+        "k", "n_seq", "max_len", "batch", "repeats", "new_tokens", "num_samples")},
+    "inner": (lambda v: isinstance(v, int) and 1 <= v <= 1000, "an integer from 1 to 1,000 (nanoGPT's bench: 10)"),
     **{n: (lambda v: isinstance(v, int) and v >= 2, "an integer >= 2") for n in ("tokens", "vocab")},
     "top_k": (lambda v: isinstance(v, int) and v >= 0, "an integer >= 0 (0: all tokens, 1: greedy)"),
     "clock": (lambda v: v in ("wall", "cpu"), "wall or cpu"),

@@ -161,6 +161,16 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
     (["--checkpointing", "--generate", "--lengths", ""], "--checkpointing: it acts only with training steps at"),
     (["--infer_only", "--inner", "5"], "--inner 5: it acts only with nanoGPT's configuration's training step"),
     (["--contexts", "8"], "--contexts 8: it acts only with --generate; leave it out"),        # was dropped
+    (["--loop", "--max_minutes", "1"], "--max_minutes 1.0: it acts only with the benchmarks it estimates, not --loop"),
+    (["--inner", str(10**9)], "--inner 1000000000: allowed is an integer from 1 to 1,000"),
+    *[(["--models", models, flag, *value], f"{flag}{' ' * bool(value)}{''.join(value)}: it acts only with {what}, "
+       f"which --models {models} has not; leave it out") for models, flag, value, what in (
+        ("simple_attention", "--checkpointing", [], "whole models (an attention alone has no blocks)"),
+        ("softmax_attention,causal_simple_attention", "--n_layer", ["2"],
+         "whole models (an attention alone has no layers)"),
+        ("simple_attention", "--vocab", ["99"], "whole models (an attention alone has no embedding)"),
+        ("transject", "--n_head", ["2"], "heads (TransJect has none)"),
+        ("softmax,transject", "--time_dim", ["4"], "--models diffeqformer"))],
     (["--new_tokens", "5"], "--new_tokens 5: it acts only with --generate; leave it out"),
     (["--cache_dir", "x"], "--cache_dir x: it acts only with --loop or --wall; leave it out"),
     (["--generate", "--lengths", "", "--contexts", "1000000000", "--models", "simpletron"],
