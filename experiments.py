@@ -901,7 +901,7 @@ def check(a):
     """Every flag before any run, each a line saying what is allowed: the seeds. With --report_only, every run's
     metrics.json is there and readable."""
     seeds = a.seeds.split(",")
-    if not all(re.fullmatch(r"\d+", s) and int(s) < 2**32 for s in seeds) or len(set(seeds)) < len(seeds):
+    if not all(re.fullmatch(r"\d+", s) and int(s) < 2**32 for s in seeds) or len(set(map(int, seeds))) < len(seeds):
         raise UsageError(f"--seeds {a.seeds!r}: allowed are different integers from 0 to 2**32 - 1 separated by "
                          "commas, e.g. 0,1,2")
     name = a.list if isinstance(a.list, str) else a.table

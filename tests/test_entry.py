@@ -325,7 +325,7 @@ CASES = [
     (E, "an unknown flag", lambda w, t: ["transfer", "--colour", "red"], "unrecognized"),
     (E, "--seeds without a value", lambda w, t: ["transfer", "--seeds"], "expected one argument"),
     *[(E, f"--seeds {v!r}", lambda w, t, v=v: ["transfer", "--seeds", v], "--seeds")
-      for v in ("", "a", "-1", "0,0", "1,,2", "1.5", str(2**40), "0;1")],
+      for v in ("", "a", "-1", "0,0", "1,,2", "0,00", "1,01", "1.5", str(2**40), "0;1")],
     *[(E, f"--jobs {v}", lambda w, t, v=v: ["transfer", "--jobs", v], "--jobs") for v in ("0", "-2", "x", str(10**6))],
     (E, "--data_dir not there", lambda w, t: ["transfer", "--data_dir", t / "none"], "--data_dir"),
     (E, "text-char without --data_dir", lambda w, t: ["text-char", "--seeds", "0"], "textfile: no text given"),
