@@ -574,6 +574,13 @@ def check_moot(args, typed, config):
 
 def check_config(model_name, config_dict, values=True):
     """The model's settings (flags, preset or a checkpoint's): each value, then the model's Config itself."""
+    kinds = {"bool": ((bool,), "true or false"), "int": ((int,), "an integer"), "float": ((int, float), "a number"),
+             "str": ((str,), "a string")}
+    for f in dataclasses.fields(model_module(model_name).Config) if values else ():
+        kind, what = kinds.get(getattr(f.type, "__name__", f.type), (object, ""))
+        value = config_dict.get(f.name)
+        if f.name in config_dict and (not isinstance(value, kind) or isinstance(value, bool) and bool not in kind):
+            raise UsageError(f"--{f.name} {value!r}: allowed is {what}")    # ("false" from a file: not False)
     for name, value in config_dict.items() if values else ():
         check_value(name, value)
     try:

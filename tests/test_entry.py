@@ -151,7 +151,11 @@ CASES = [
     (S, "weights of another shape", lambda w, t: ["--ckpt", edited(w, t, model=lambda c: {
         k: torch.zeros(3) for k in c["model"]})], "do not fit"),
     (S, "a config of the wrong type", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
-        **c["config"], "n_embd": "wide"})], "its model settings are damaged (n_embd wide: allowed is"),
+        **c["config"], "n_embd": "wide"})], "its model settings are damaged (n_embd 'wide': allowed is an integer)"),
+    (S, "a config whose bias is the text 'false'", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
+        **c["config"], "bias": "false"})], "its model settings are damaged (bias 'false': allowed is true or false)"),
+    (S, "a config whose n_layer is True", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
+        **c["config"], "n_layer": True})], "its model settings are damaged (n_layer True: allowed is an integer)"),
     (S, "a config with a field the model lacks", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
         **c["config"], "colour": 3})], "bad model settings"),
     (S, "a block_size of 2**62 in its config (an overflow when built)", lambda w, t: ["--ckpt", edited(
