@@ -410,8 +410,10 @@ def encode_text(text, ckpt):
         ids, labels = [b + 1 for b in raw], [chr(b) if 32 <= b < 127 else f"\\x{b:02x}" for b in raw]
     if not ids:
         raise UsageError("--text is empty")
-    ids = ids[-cfg["block_size"]:]
-    return torch.tensor([ids]), labels[-len(ids):]
+    if len(ids) > cfg["block_size"]:                         # (honoured whole or refused: never cut)
+        raise UsageError(f"--text is {len(ids):,} tokens, and the model reads at most its block_size "
+                         f"{cfg['block_size']:,}: give a shorter --text")
+    return torch.tensor([ids]), labels
 
 
 # ==============================================================================================

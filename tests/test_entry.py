@@ -240,6 +240,9 @@ CASES = [
     (A, "lyapunov of a DiffEqFormer classifier", lambda w, t: ["lyapunov", "--ckpt", classifier(t), "--out", t / "a"],
      "language model"),
     (A, "lyapunov --text empty", lambda w, t: ["lyapunov", "--ckpt", w.deq, "--text", "", "--out", t / "a"], "--text"),
+    (A, "lyapunov --text one token past the block", lambda w, t: ["lyapunov", "--ckpt", w.deq, "--text", "x" * (
+        torch.load(w.deq, weights_only=True)["config"]["block_size"] + 1), "--out", t / "a"],
+     "tokens, and the model reads at most its block_size"),
     *[(A, f"lyapunov --position {v}", lambda w, t, v=v: ["lyapunov", "--ckpt", w.deq, "--text", "to be", "--position",
                                                           v, "--out", t / "a"], "--position")
       for v in ("5", "-6", "99999", "x")],
