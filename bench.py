@@ -73,9 +73,8 @@ def speed_model(name, length, args, **extra):
     MODELS too), SPEED_MODELS' overrides in its settings."""
     module, overrides = SPEED_MODELS[name]
     fields = {f.name for f in dataclasses.fields(model_module(module).Config)}
-    cfg = {**overrides, "vocab_size": args.vocab, "block_size": length, "n_layer": args.n_layer,
-           "n_head": args.n_head, "n_embd": args.n_embd, "dropout": 0.0, "bias": True, "head": args.head,
-           "n_classes": 10, **extra}
+    cfg = {**overrides, "vocab_size": args.vocab, "block_size": length, "n_layer": args.n_layer, "n_head": args.n_head,
+           "n_embd": args.n_embd, "dropout": 0.0, "bias": True, "head": args.head, "n_classes": 10, **extra}
     if args.time_dim:
         cfg["time_dim"] = args.time_dim
     return build_model(module, {k: v for k, v in cfg.items() if k in fields})
@@ -306,10 +305,9 @@ def speed_records(configs, times, device):
     for (rec, steps, mode), ts in zip(configs, times):
         ms = statistics.median(ts)
         flops = count_flops(steps["flops_train" if mode == "train" else "infer"])
-        mem = peak_memory(steps[mode], device)
-        tokens = rec["batch"] * rec["length"]
-        records.append({**rec, "ms": ms, "ms_all": ts, "peak_mem_mb": mem, "tokens_per_s": tokens / (ms / 1000),
-                        "flops": flops, "flops_per_s": flops / (ms / 1000)})
+        records.append({**rec, "ms": ms, "ms_all": ts, "peak_mem_mb": peak_memory(steps[mode], device),
+                        "tokens_per_s": rec["batch"] * rec["length"] / (ms / 1000), "flops": flops,
+                        "flops_per_s": flops / (ms / 1000)})
     return records
 
 
@@ -324,6 +322,8 @@ def flop_shares(records, rate, peak):
                      for b in [find(records, name, r["length"], r["mode"], r.get("config"))] if b), None)
         if base is not None and base["flops"]:
             r["flops_vs_base"], r["base"] = r["flops"] / base["flops"] * paired(base, r), base["model"]
+
+
 def find(records, model, length, mode, config=None):
     return next((r for r in records if r["model"] == model and r["length"] == length and r["mode"] == mode
                  and r.get("config") == config), None)
@@ -373,24 +373,21 @@ def crossovers(records, lengths):
 
 def checkpointing_ratios(records, models, lengths):
     ratios = []
-    for L in lengths:
-        for m in models:
-            a, b = find(records, m, L, "train"), find(records, m, L, "train", "checkpointing")
-            if a and b:
-                ratios.append({"what": f"{m} checkpointing / plain training step, peak memory ({b['peak_mem_mb']:.0f} "
-                                       f"/ {a['peak_mem_mb']:.0f} MiB)", "length": L, "mode": "train",
-                               "ratio": b["peak_mem_mb"] / a["peak_mem_mb"]})
-                ratios.append({"what": f"{m} checkpointing / plain training step, time (loss difference "
-                                       f"{b['loss_diff']:.1e}, largest gradient difference {b['grad_diff']:.1e})",
-                               "length": L, "mode": "train", "ratio": paired(b, a)})
+    for L, m in itertools.product(lengths, models):
+        a, b = find(records, m, L, "train"), find(records, m, L, "train", "checkpointing")
+        if a and b:
+            ratios.append({"what": f"{m} checkpointing / plain training step, peak memory ({b['peak_mem_mb']:.0f} "
+                                   f"/ {a['peak_mem_mb']:.0f} MiB)", "length": L, "mode": "train",
+                           "ratio": b["peak_mem_mb"] / a["peak_mem_mb"]})
+            ratios.append({"what": f"{m} checkpointing / plain training step, time (loss difference "
+                                   f"{b['loss_diff']:.1e}, largest gradient difference {b['grad_diff']:.1e})",
+                           "length": L, "mode": "train", "ratio": paired(b, a)})
     return ratios
 
 
 def nanogpt_ratio(records):
     """[nanoGPT's time / ours at nanoGPT's configuration], or [] without --nanogpt."""
-    block = NANOGPT_CPU["block_size"]
-    ng = find(records, "nanogpt", block, "train", "nanogpt-cpu")
-    og = find(records, "softmax", block, "train", "nanogpt-cpu")
+    ng, og = (find(records, m, NANOGPT_CPU["block_size"], "train", "nanogpt-cpu") for m in ("nanogpt", "softmax"))
     if not (ng and og):
         return []
     r = np.array(ng["ms_all"]) / np.array(og["ms_all"])
@@ -409,11 +406,9 @@ def run(args, device, models, lengths, nano):
     args.matmul = matmul_summary(rates, device)
     flop_shares(records, args.matmul, args.peak)
     ratios = speed_ratios(records, models, lengths, args.infer_only)
-    if args.generate:
-        gen_records, gen_ratios = speed_generate(args, device, [m for m in models if m in MODELS])
-        records += gen_records
-        ratios += gen_ratios
-    write_results(args, device, records, ratios + nanogpt_ratio(records))
+    gen_records, gen_ratios = (speed_generate(args, device, [m for m in models if m in MODELS]) if args.generate
+                               else ([], []))
+    write_results(args, device, records + gen_records, ratios + gen_ratios + nanogpt_ratio(records))
 
 
 def machine_of(device, args):
@@ -724,21 +719,13 @@ def speed_generate(args, device, models):
 
 def generation_ratios(records, models, contexts):
     """Each model's time per new token at the longest context over the shortest, and against softmax's."""
-    ratios = []
-    if len(contexts) >= 2:
-        for m in models:
-            ratios.append({"what": f"{m} ms per new token at a {contexts[-1]}-token context / at {contexts[0]} (median "
-                                   "of per-round ratios)",
-                           "ratio": paired(find(records, m, contexts[-1], "generate"),
-                                           find(records, m, contexts[0], "generate"))})
-    if "softmax" in models:
-        for L in contexts:
-            for m in models:
-                if m != "softmax":
-                    ratios.append({"what": f"{m} / softmax ms per new token", "length": L, "mode": "generate",
-                                   "ratio": paired(find(records, m, L, "generate"),
-                                                   find(records, "softmax", L, "generate"))})
-    return ratios
+    growth = [{"what": f"{m} ms per new token at a {contexts[-1]}-token context / at {contexts[0]} (median "
+                       "of per-round ratios)",
+               "ratio": paired(find(records, m, contexts[-1], "generate"), find(records, m, contexts[0], "generate"))}
+              for m in models if len(contexts) >= 2]
+    return growth + [{"what": f"{m} / softmax ms per new token", "length": L, "mode": "generate",
+                      "ratio": paired(find(records, m, L, "generate"), find(records, "softmax", L, "generate"))}
+                     for L in contexts for m in models if "softmax" in models and m != "softmax"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -795,8 +782,7 @@ def length_axes(ax, lengths, ys, xlabel, ylabel):
         ax.set_xlim(lengths[0] / 1.5, lengths[0] * 1.5)
     if ys:
         log_ticks(ax, "y", ys)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
+    ax.set(xlabel=xlabel, ylabel=ylabel)
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -927,8 +913,7 @@ def parse(argv):
             "inner": (not (mode or args.infer_only) and (steps or args.nanogpt or not args.generate),
                       "nanoGPT's configuration's training step, in the step benchmark"),
             **{f: (not mode, f"the step benchmark, not {mode}") for f in ("generate", "infer_only", "nanogpt")}}
-    moot = next((f for f, (used, _) in acts.items() if not used and getattr(args, f) != p.get_default(f)), None)
-    if moot:
+    if moot := next((f for f, (used, _) in acts.items() if not used and getattr(args, f) != p.get_default(f)), None):
         raise UsageError(f"--{moot}{'' if getattr(args, moot) is True else f' {getattr(args, moot)}'}: it acts only "
                          f"with {acts[moot][1]}; leave it out")
     check(args)
@@ -970,13 +955,10 @@ def read_lists(args, device):
     args.context_list = int_list("contexts", args.contexts) if args.generate else []
     if args.generate and (not args.context_list or min(args.context_list) < 1):
         raise UsageError("--generate needs --contexts of at least 1 token and --new_tokens of at least 1")
-    clash = next((m for c, m in (
-        (args.generate and args.head != "lm", f"--generate times language models, not --head {args.head}: time it in "
-                                              "a command of its own"),
-        (args.generate and not set(models) & set(MODELS), f"--generate times whole models ({', '.join(MODELS)}), "
-                                                          "and --models names none")) if c), None)
-    if clash:
-        raise UsageError(clash)
+    if args.generate and args.head != "lm":
+        raise UsageError(f"--generate times language models, not --head {args.head}: time it in a command of its own")
+    if args.generate and not set(models) & set(MODELS):
+        raise UsageError(f"--generate times whole models ({', '.join(MODELS)}), and --models names none")
     nano = load_nanogpt(args.nanogpt) if args.nanogpt else None
     if args.clock == "cpu" and device != "cpu":
         raise UsageError("--clock is wall, or cpu (CPU time; on a CPU device only)")
