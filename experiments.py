@@ -48,7 +48,7 @@ import tasks.listops  # noqa: E402
 import tasks.listops_rules  # noqa: E402
 from config import Parser, UsageError  # noqa: E402
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
+CODE = ROOT = os.path.dirname(os.path.abspath(__file__))   # (ROOT: where the runs start and out/exp is; tests move it)
 RESULTS_MD = os.path.join(ROOT, "docs", "results.md")
 
 
@@ -198,7 +198,7 @@ def listops_small_heldout():
     own random source, printer and evaluator; trees present in the task's splits are dropped."""
     if os.path.isfile(os.path.join(ROOT, HELDOUT, "basic_test.tsv")):
         return
-    cmd = [sys.executable, os.path.join("experiments", "heldout_listops.py"), *shlex.split(LISTOPS_SMALL_SETTING),
+    cmd = [sys.executable, os.path.join(CODE, "experiments", "heldout_listops.py"), *shlex.split(LISTOPS_SMALL_SETTING),
            "--n", "2000", "--seed", "2026", "--out", HELDOUT]
     print("held-out trees:", " ".join(cmd[1:]), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True)
@@ -303,7 +303,7 @@ def recall_heldout(task, length, pairs):
     out = heldout_dir(task, length, pairs)
     if not os.path.isfile(os.path.join(ROOT, out, "test.txt")):
         pairs_flag = [] if pairs is None else ["--recall_pairs", str(pairs)]
-        subprocess.run([sys.executable, os.path.join("experiments", "heldout_recall.py"), task, "--recall_len",
+        subprocess.run([sys.executable, os.path.join(CODE, "experiments", "heldout_recall.py"), task, "--recall_len",
                         str(length), *pairs_flag, "--n", "3000", "--seed", "2026", "--out", out], cwd=ROOT, check=True)
 
 
@@ -965,10 +965,21 @@ def main(argv=None):
     p.add_argument("--list", nargs="?", const=True, metavar="TABLE", help="print the tables (one line each), or "
                    "with a TABLE its train.py commands, and stop")
     a = p.parse_args(argv)
+    a.typed = (a.data_dir, a.bert_dir)                       # (as --list shows them)
+    for flag in ("data_dir", "bert_dir"):                    # given from anywhere; the runs are ROOT's, as are out/exp
+        setattr(a, flag, getattr(a, flag) and os.path.abspath(getattr(a, flag)))
+    here = os.getcwd()
+    try:
+        os.chdir(ROOT)
+        return run_table(a)
+    finally:
+        os.chdir(here)
+
+
+def run_table(a):
     seeds, table = check(a)
     if a.list:
-        return list_tables(a.list if a.list is not True else a.table, seeds, a.data_dir, a.bert_dir)
-    a.data_dir = a.data_dir and os.path.abspath(a.data_dir)   # (the runs start in ROOT)
+        return list_tables(a.list if a.list is not True else a.table, seeds, *a.typed)
     if table.compute is not None:
         write_block(a.table, text := table.compute(seeds))
         return print(text)

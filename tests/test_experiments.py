@@ -224,3 +224,21 @@ def test_recall_prepare_makes_the_held_out_examples_each_row_evaluates_on(monkey
     assert made == [("mqar", "64", "4"), ("copy", "128", None)]
     for row, args in zip(rows, made):        # where each row's evaluation reads them
         assert row.evals[0][1].endswith(f"--data_dir {os.path.join(experiments.heldout_dir(*args), 'test.txt')}")
+
+
+def test_run_from_another_folder_it_reads_the_runs_where_they_were_made(tmp_path, monkeypatch):
+    """The runs start in ROOT (out/exp, data/ there), whatever the folder experiments.py is called from."""
+    root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.setattr(experiments, "ROOT", str(root))
+    monkeypatch.setattr(experiments, "RESULTS_MD", str(root / "docs" / "results.md"))
+    m = {"val_loss": 1.0, "test_loss": 1.1, "val_acc": 0.5, "test_acc": 0.4, "n_params": 10, "n_val": 2, "n_test": 2,
+         "model": "simpletron", "config": {"n_layer": 1}}
+    for row in experiments.TABLES["transfer"].rows:
+        d = root / experiments.run_dir("transfer", row, 0)
+        d.mkdir(parents=True)
+        (d / "metrics.json").write_text(json.dumps(m))
+    monkeypatch.chdir(elsewhere)
+    experiments.main(["transfer", "--report_only", "--seeds", "0"])
+    assert "<!-- results:transfer -->" in (root / "docs" / "results.md").read_text()
+    assert os.getcwd() == str(elsewhere) and os.listdir(elsewhere) == []

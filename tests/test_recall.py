@@ -398,6 +398,7 @@ def test_report_only_reads_an_evaluation_that_has_a_test_split_only(tmp_path, mo
     import json
     import experiments
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(experiments, "ROOT", str(tmp_path))     # (its runs and out/exp: ROOT's)
     monkeypatch.setattr(experiments, "RECALL_IMG", str(tmp_path / "fig.png"))
     row = experiments.TABLES["recall"].rows[0]                  # the GPT, 32 wide
     monkeypatch.setitem(experiments.TABLES, "recall", dataclasses.replace(
