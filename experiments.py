@@ -965,9 +965,8 @@ def main(argv=None):
     p.add_argument("--list", nargs="?", const=True, metavar="TABLE", help="print the tables (one line each), or "
                    "with a TABLE its train.py commands, and stop")
     a = p.parse_args(argv)
-    a.typed = (a.data_dir, a.bert_dir)                       # (as --list shows them)
-    for flag in ("data_dir", "bert_dir"):                    # given from anywhere; the runs are ROOT's, as are out/exp
-        setattr(a, flag, getattr(a, flag) and os.path.abspath(getattr(a, flag)))
+    a.typed = (a.data_dir, a.bert_dir)                       # (as --list shows them; the runs start in ROOT)
+    a.data_dir, a.bert_dir = (d and os.path.abspath(d) for d in a.typed)
     here = os.getcwd()
     try:
         os.chdir(ROOT)
