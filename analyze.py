@@ -386,28 +386,28 @@ def sample_batch(ckpt, n_seq, max_len, seed=0):
 
 
 def encode_text(text, ckpt):
-    """Token ids (1, N) and their labels for a sentence, with the checkpoint's task: Penn Treebank words
-    (unknown words -> <unk>), ListOps symbols, or bytes (id = byte + 1) for anything else."""
+    """Token ids (1, N) and their labels for a sentence, as the run's language model read its text: Penn Treebank
+    words (unknown words -> <unk>), its characters (--tokenizer char), or its tiktoken encoding (byte, gpt2 ...)."""
     a, cfg = ckpt.get("args", {}), ckpt["config"]
-    task = a.get("task")
-    if task == "ptb":
+    task, tokenizer = a.get("task"), a.get("tokenizer") or "gpt2"
+    if task == "ptb" and tokenizer != "char":
         if not a.get("data_dir"):
             raise UsageError("the checkpoint's PTB run has no data_dir; its vocabulary cannot be rebuilt")
         words = tasks.lm.read_words(tasks.lm.ptb_files(a["data_dir"])["train"])
         vocab = {w: i for i, w in enumerate(sorted(set(words)), start=1)}   # as tasks.lm.ptb builds it
         labels = text.lower().split()
         ids = [vocab.get(w, vocab.get("<unk>")) for w in labels]
-    elif task == "listops":
-        try:
-            ids = tasks.listops.listops_tokens(text).tolist()
-        except ValueError as e:
-            raise UsageError(f"--text is not a ListOps expression ({e})") from None
-        labels = [tasks.listops.LISTOPS_VOCAB[i] for i in ids]
+    elif tokenizer == "char":                                # the characters the run's cache numbered
+        chars = data.load_task(task, cache_dir=a.get("cache_dir") or "data", data_dir=a.get("data_dir"),
+                               tokenizer="char").meta["chars"]
+        ids, labels = tasks.lm.char_ids(text, chars, "--text").tolist(), list(text)
+    elif tokenizer == "byte":                                # id = byte (256: <|endoftext|>), given as such
+        ids = list(text.encode(errors="surrogateescape"))    # (a byte that is not UTF-8, as the shell passed it)
+        labels = [chr(b) if 32 <= b < 127 else f"\\x{b:02x}" for b in ids]
     else:
-        raw = text.encode(errors="surrogateescape")              # bytes given as such on the command line
-        if cfg["vocab_size"] < 257:
-            raise UsageError(f"task {task!r}: no tokenizer here for --text, and the vocabulary is too small for bytes")
-        ids, labels = [b + 1 for b in raw], [chr(b) if 32 <= b < 127 else f"\\x{b:02x}" for b in raw]
+        enc = tasks.sources.get_tokenizer(tokenizer, task)
+        ids = enc.encode_ordinary(text)
+        labels = [enc.decode([i], errors="replace") for i in ids]
     if not ids:
         raise UsageError("--text is empty")
     if len(ids) > cfg["block_size"]:                         # (honoured whole or refused: never cut)

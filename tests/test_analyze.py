@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import analyze
+import data
 import simpletron
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -584,20 +585,37 @@ def test_spectra_and_activation_write_json_and_png(tmp_path):
 # ----------------------------------------------------------------------------------------------
 # TransJect and DiffEqFormer through the same commands
 
-def model_checkpoint(path, model_name, config, task="listops", data_dir=None):
+def model_checkpoint(path, model_name, config, task="listops", data_dir=None, tokenizer="gpt2", cache_dir="data"):
     import config as cfg
     model = cfg.build_model(model_name, config)
     torch.save({"model_name": model_name, "config": dataclasses.asdict(model.config), "model": model.state_dict(),
-                "args": {"task": task, "data_dir": data_dir, "cache_dir": "data", "seed": 0, "tokenizer": "gpt2"}},
+                "args": {"task": task, "data_dir": data_dir, "cache_dir": cache_dir, "seed": 0, "tokenizer": tokenizer}},
                path)
     return str(path), model
+
+
+def test_lyapunovs_text_is_read_with_the_runs_own_tokenizer(tmp_path):
+    """--text as the language model read its training text: bytes are their own ids (0-255, 256 <|endoftext|>),
+    characters are numbered from 1 in sorted order, as the run's cache numbered them."""
+    deq = dict(vocab_size=300, block_size=16, n_layer=1, n_head=2, n_embd=8, head="lm")
+    _, _ = model_checkpoint(tmp_path / "b.pt", "diffeqformer", deq, task="textfile", tokenizer="byte")
+    ids, labels = analyze.encode_text("to é", torch.load(tmp_path / "b.pt", weights_only=True))
+    assert ids.tolist() == [list("to é".encode())] and labels[:3] == ["t", "o", " "]
+    (tmp_path / "t.txt").write_text("to be, or not to be\n" * 20)
+    model_checkpoint(tmp_path / "c.pt", "diffeqformer", {**deq, "vocab_size": 12}, task="textfile", tokenizer="char",
+                     data_dir=str(tmp_path / "t.txt"), cache_dir=str(tmp_path / "cache"))
+    ids, labels = analyze.encode_text("be not", torch.load(tmp_path / "c.pt", weights_only=True))
+    chars = sorted(set("to be, or not to be\n"))
+    assert ids.tolist() == [[chars.index(c) + 1 for c in "be not"]] and labels == list("be not")
+    with pytest.raises(data.DataError, match="--text, line 1: character 'z' is not in the training text"):
+        analyze.encode_text("zebra", torch.load(tmp_path / "c.pt", weights_only=True))
 
 
 def test_lyapunov_of_a_diffeqformer(tmp_path):
     pytest.importorskip("diffeqformer")
     path, model = model_checkpoint(tmp_path / "deq.pt", "diffeqformer",
                                    dict(vocab_size=300, block_size=16, n_layer=3, n_head=2, n_embd=8, head="lm"),
-                                   task="bytes")
+                                   task="textfile", tokenizer="byte")
     # the trajectory is the Euler flow of the vector field at model.times(): what the tangent equation follows
     idx = torch.tensor([[5, 9, 2, 7]])
     traj, times, dt = model.trajectory(idx), model.times(), model.dt()
