@@ -397,6 +397,9 @@ def encode_text(text, ckpt):
         vocab = {w: i for i, w in enumerate(sorted(set(words)), start=1)}   # as tasks.lm.ptb builds it
         labels = text.lower().split()
         ids = [vocab.get(w, vocab.get("<unk>")) for w in labels]
+        if None in ids:                                      # (a vocabulary without <unk>: no stand-in)
+            raise UsageError(f"--text: word {labels[ids.index(None)]!r} is not in the run's vocabulary, which has no "
+                             "<unk> to stand in for it")
     elif tokenizer == "char":                                # the characters the run's cache numbered
         chars = data.load_task(task, cache_dir=a.get("cache_dir") or "data", data_dir=a.get("data_dir"),
                                tokenizer="char").meta["chars"]
@@ -666,7 +669,7 @@ def read_attention_std(run):
     if not data.file_problem(meta):
         with data.reading(meta, "is damaged"), open(meta, encoding="utf-8-sig") as f:
             acc = dict(json.load(f)).get("test_acc")          # (not a JSON object: damaged too)
-        label += f" (test acc {100 * acc:.1f}%)" if isinstance(acc, (int, float)) else ""
+        label += f" (test acc {100 * acc:.1f}%)" if data.finite(acc) else ""
     return records, label
 
 
@@ -717,7 +720,7 @@ def table_runs(name):
         raise UsageError(f"--table {name}: {folder} {problem} (python experiments.py {name} writes it; run from "
                          "the project's folder)")
     runs = [os.path.join(folder, d) for d in sorted(os.listdir(folder))]
-    runs = [run for run in runs if os.path.isfile(os.path.join(run, "log.jsonl"))]
+    runs = [run for run in runs if os.path.lexists(os.path.join(run, "log.jsonl"))]   # (one broken: refused later)
     if not runs:
         raise UsageError(f"--table {name}: no run in {folder} has a log.jsonl yet")
     return runs

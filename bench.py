@@ -901,6 +901,8 @@ def parse(argv):
     p.add_argument("--cache_dir", default="data", help="--loop: train.py's --cache_dir")
     p.add_argument("--max_minutes", type=float, default=60, help="refuse a benchmark estimated to take longer")
     args = p.parse_args(argv)
+    p.set_defaults(**dict.fromkeys(vars(args)))              # parsed again without defaults: the flags typed
+    args.typed = sorted(k for k, v in vars(p.parse_args(argv)).items() if v is not None)   # (speed.json: a list)
     mode, steps = "--loop or --wall" if args.loop or args.wall else "--compile" if args.compile else None, \
         args.lengths.strip() != ""                           # a flag honoured or refused, never dropped:
     acts = {"contexts": (args.generate, "--generate"), "new_tokens": (args.generate, "--generate"),
@@ -912,8 +914,11 @@ def parse(argv):
             "compare_only": (not (mode or args.infer_only), "training steps of the step benchmark (not --infer_only)"),
             "inner": (not (mode or args.infer_only) and (steps or args.nanogpt or not args.generate),
                       "nanoGPT's configuration's training step, in the step benchmark"),
-            **{f: (not mode, f"the step benchmark, not {mode}") for f in ("generate", "infer_only", "nanogpt")}}
-    if moot := next((f for f, (used, _) in acts.items() if not used and getattr(args, f) != p.get_default(f)), None):
+            **{f: (not mode, f"the step benchmark, not {mode}") for f in ("generate", "infer_only", "nanogpt")},
+            **{f: (not (args.loop or args.wall), "the benchmarks of --models, not --loop or --wall (the README's "
+                   "commands as they are)") for f in ("models", "n_layer", "n_head", "n_embd", "vocab", "batch",
+                                                      "head", "time_dim")}}
+    if moot := next((f for f, (used, _) in acts.items() if not used and f in args.typed), None):
         raise UsageError(f"--{moot}{'' if getattr(args, moot) is True else f' {getattr(args, moot)}'}: it acts only "
                          f"with {acts[moot][1]}; leave it out")
     check(args)
@@ -943,14 +948,13 @@ def read_lists(args, device):
     if not lengths and not (args.compare_only or args.loop or args.wall or args.generate):
         raise UsageError(f"--lengths {args.lengths!r} names no length (only --generate runs without one)")
     whole, alone = [m for m in models if m in SPEED_MODELS], "whole models (an attention alone has no "
-    if moot := next((f"--{f}{'' if v is True else f' {v}'}: it acts only with {what}, which --models {args.models} "
-                     "has not; leave it out" for f, v, default, used, what in (   # (a flag no model named has)
-                         ("checkpointing", args.checkpointing, False, whole, alone + "blocks)"),
-                         ("n_layer", args.n_layer, 4, whole, alone + "layers)"),
-                         ("vocab", args.vocab, 256, whole, alone + "embedding)"),
-                         ("n_head", args.n_head, 4, set(models) - {"transject"}, "heads (TransJect has none)"),
-                         ("time_dim", args.time_dim, None, set(models) & {"diffeqformer"}, "--models diffeqformer"))
-                     if models and v != default and not used), None):
+    if moot := next((f"--{f}{'' if getattr(args, f) is True else f' {getattr(args, f)}'}: it acts only with {what}, "
+                     f"which --models {args.models} has not; leave it out" for f, used, what in (   # (no model has it)
+                         ("checkpointing", whole, alone + "blocks)"), ("n_layer", whole, alone + "layers)"),
+                         ("vocab", whole, alone + "embedding)"),
+                         ("n_head", set(models) - {"transject"}, "heads (TransJect has none)"),
+                         ("time_dim", set(models) & {"diffeqformer"}, "--models diffeqformer"))
+                     if models and f in args.typed and not used), None):
         raise UsageError(moot)
     args.context_list = int_list("contexts", args.contexts) if args.generate else []
     if args.generate and (not args.context_list or min(args.context_list) < 1):

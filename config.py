@@ -248,8 +248,7 @@ LISTOPS_FLAGS = ("listops_depth", "listops_args", "listops_len", "listops_sizes"
 RECALL_FLAGS = ("recall_len", "recall_pairs", "recall_vocab", "recall_sizes")
 TASK_FLAGS = LISTOPS_FLAGS + RECALL_FLAGS          # the generated tasks' own flags, passed to every task's loader
 # those a task's --data_dir files make moot (the examples' number, shape and draw)
-MOOT_WITH_FILES = {"listops": ("listops_depth", "listops_args", "listops_sizes"),
-                   **dict.fromkeys(("mqar", "copy", "induction"), ("recall_pairs", "recall_sizes"))}
+MOOT_WITH_FILES = {name: fn.generated_only for name, fn in data.TASKS.items() if fn.generated_only}
 # Config fields a model keeps for the common interface but does not use: no flags of that model
 UNUSED_FIELDS = {"transject": {"n_head": "TransJect has no attention heads (its --n_experts take their place)"}}
 
@@ -499,12 +498,13 @@ def resolve(args, given, config_names, preset=None):
 # ----------------------------------------------------------------------------------------------
 # Every check of the settings, before any data is read: one line naming the flag, its value and what is allowed
 
-def check_args(args):
+def check_args(args, typed=()):
     """Every flag of train.py once resolved: its value, the device exists, the folders can be made, a flag that
     needs another has it, and a run never writes over the run it starts from."""
     if args.init_from and not args.resume:
-        source_dir = os.path.dirname(os.path.abspath(args.init_from))
-        if os.path.abspath(args.out_dir) == source_dir:
+        source_dirs = {os.path.realpath(os.path.dirname(os.path.abspath(args.init_from))),   # (through links too)
+                       os.path.dirname(os.path.realpath(args.init_from))}
+        if os.path.realpath(args.out_dir) in source_dirs:
             raise UsageError(f"--out_dir {args.out_dir} holds the checkpoint of --init_from, whose metrics.json "
                              "and ckpt.pt this run would overwrite: choose another --out_dir")
     for name, *_ in FLAGS:
@@ -513,7 +513,8 @@ def check_args(args):
         raise UsageError(f"--warmup {args.warmup}: the rsqrt schedule divides by it, allowed is an integer >= 1")
     check_device(args.device)
     own = inspect.signature(data.TASKS[args.task]).parameters if args.task in data.TASKS else {}
-    other = next((k for k in (*TASK_FLAGS, "tokenizer") if k not in own and getattr(args, k) != DEFAULTS[k]), None)
+    other = next((k for k in (*TASK_FLAGS, "tokenizer") if k not in own and (k in typed or getattr(args, k) !=
+                                                                             DEFAULTS[k])), None)   # (a default typed)
     if other:                                                # (a generated task's flag given to another task)
         raise UsageError(f"--{other} {getattr(args, other)}: task {args.task} has no such setting; leave it out")
     check_tokenizer(args.tokenizer, args.task)
@@ -558,11 +559,15 @@ def check_moot(args, typed, config):
             "time_dim": (hyper := (c.get("weights") == "temporal" and not c.get("discrete")),
                          "W(t) by hypernetworks (--weights temporal, not --discrete true)"),
             "time_freqs": (hyper, "W(t) by hypernetworks (--weights temporal, not --discrete true)"),
-            "lora_scale": (c.get("lora_r", 0) > 0, "--lora_r r (with --lora_rank, --lora_alpha sets the scale)")}
+            "lora_scale": (c.get("lora_r", 0) > 0, "--lora_r r (with --lora_rank, --lora_alpha sets the scale)"),
+            "final_norm": (c.get("norm") != "rezero", "--norm post or pre (ReZero has no LayerNorm)"),
+            "layer_norm_eps": (c.get("norm") != "rezero" or c.get("emb_norm"), "a LayerNorm (--norm post or pre, "
+                                                                                 "or --emb_norm true)")}
     trains = next((k for k in ("max_iters", "lr", "schedule", "warmup", "min_lr", "lr_decay_iters", "weight_decay",
                                "beta1", "beta2", "eps", "grad_clip", "gate_lr_scale", "grad_accum", "eval_interval",
                                "log_interval", "attn_std_interval", "short_steps", "short_len", "time_limit",
-                               "n_train", "dropout", "lora_alpha") if k in typed), None) if args.eval_only else None
+                               "n_train", "dropout", "lora_alpha", "eval_iters", "checkpointing", "seed", "compile")
+                  if k in typed), None) if args.eval_only else None
     if trains:
         raise UsageError(f"--{trains} {getattr(args, trains, c.get(trains))}: a setting of training, and --eval_only "
                          "trains nothing; leave it out")
@@ -672,7 +677,7 @@ def model_of_checkpoint(ckpt, path):
     try:                                                     # the settings' model counted first: it must hold them
         with torch.device("meta"):
             fits = sum(w.numel() for w in build_model(ckpt["model_name"], ckpt["config"]).state_dict().values())
-    except (ValueError, OverflowError, MemoryError):
+    except (ValueError, OverflowError, MemoryError, TypeError):   # (TypeError: torch's, a size past int64)
         fits = math.inf
     except RuntimeError as e:                                # a size that overflows (block_size 2**62), or an init
         fits = math.inf if "overflow" in str(e) else 0      # that reads a value, not on meta (DiffEqFormer's)

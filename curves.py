@@ -30,13 +30,13 @@ def record(line):
         r = json.loads(line)
     except (ValueError, RecursionError):
         return None
-    return r if isinstance(r, dict) and isinstance(r.get("step"), (int, float)) and math.isfinite(r["step"]) else None
+    return r if isinstance(r, dict) and data.finite(r.get("step")) else None
 
 
 def read_log(path):
     """{"train": step records, "val": evaluations, "resumed": steps}; other records (attention std) left out."""
     rs = [r for r in map(record, data.read_lines(path)) if r]
-    number = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+    number = data.finite
     return {"train": [r for r in rs if number(r.get("loss"))], "val": [r for r in rs if number(r.get("val_loss"))],
             "damaged": [r["step"] for r in rs if any(k in r and not number(r[k]) for k in ("loss", "val_loss"))],
             "resumed": [r["step"] for r in rs if r.get("resumed")]}
@@ -48,7 +48,7 @@ def std_records(path):
     records = [r for r in map(record, data.read_lines(path)) if r and "score_std" in r]
     n = len(records[0]["score_std"]) if records and isinstance(records[0]["score_std"], list) else 0
     for r in records:
-        if not all(isinstance(r.get(k), list) and len(r[k]) == n > 0 and all(type(v) in (int, float) for v in r[k])
+        if not all(isinstance(r.get(k), list) and len(r[k]) == n > 0 and all(map(data.finite, r[k]))
                    for k in ("score_std", "attn_std")):
             raise data.DataError(f"{path}: the attention std of step {r['step']:g} is damaged (score_std and attn_std "
                                  f"hold one number a block, {n or 'some'} blocks as in the first record)")
@@ -57,7 +57,7 @@ def std_records(path):
 
 def column(records, key):
     """(steps, values) of the records that have `key`, sorted by step; a step written twice keeps its last."""
-    by_step = {r["step"]: r[key] for r in records if isinstance(r.get(key), (int, float))}
+    by_step = {r["step"]: r[key] for r in records if data.finite(r.get(key))}
     return np.array(sorted(by_step), dtype=float), np.array([by_step[s] for s in sorted(by_step)], dtype=float)
 
 

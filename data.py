@@ -77,12 +77,13 @@ class DataError(Exception):
 TASKS = {}
 
 
-def task(name, help=None):
+def task(name, help=None, generated_only=()):
     """@task(name) registers a loader, a function of keyword arguments (cache_dir, data_dir, block_size, the
-    task's own options) that returns a Task; `help` explains an option for python -m tasks.X --help. (python -m
+    task's own options) that returns a Task; `help` explains an option for python -m tasks.X --help;
+    `generated_only`: the options that set generated examples, moot when --data_dir's files are read. (python -m
     tasks.X runs the module tasks.X a second time, as __main__: the loader registered stays the package's own.)"""
     def register(fn):
-        fn.help = help or {}
+        fn.help, fn.generated_only = help or {}, tuple(generated_only)
         if fn.__module__ != "__main__":
             TASKS[name] = fn
         return fn
@@ -147,6 +148,9 @@ def prepare_args(module, argv, check_tokenizer=None):
         raise DataError(f"--block_size {given['block_size']}: allowed is an integer >= 1")
     if given.get("data_dir") == "":
         raise DataError("--data_dir is empty: give the folder (or file) of the task's data")
+    if "data_dir" in given and (moot := next((k for k in TASKS[args.task].generated_only if k in given), None)):
+        raise DataError(f"--{moot} {given[moot]}: it sets the generated {args.task} examples, and --data_dir's files "
+                        "are read instead; leave out one of them")
     cache_dir = given.get("cache_dir", "data")
     if cache_dir_problem(cache_dir):
         raise DataError(f"--cache_dir {cache_dir or repr(cache_dir)}: {cache_dir_problem(cache_dir)}")
@@ -161,7 +165,8 @@ def prepare_main(module, check_tokenizer=None, argv=None):
     def prepare():
         name, kw = prepare_args(module, sys.argv[1:] if argv is None else argv, check_tokenizer)
         task = load_task(name, **kw)
-        task.open()
+        if not task.missing:                                 # (files of some splits alone: those there, below)
+            task.open()
         sizes = []
         for s in task.loaders:                               # train, val, test: those the data has
             split = task.split(s)
@@ -586,6 +591,12 @@ def source_key(paths, what=""):
 def temp_path(path):
     """The name under which this process writes `path` before renaming it into place: path.tmp<pid>."""
     return f"{path}.tmp{os.getpid()}"
+
+
+def finite(v):
+    """A JSON number (not a bool) that is finite as a float: neither nan, inf nor an integer of 400 digits, which
+    float() cannot hold (math.isfinite raises OverflowError on it)."""
+    return type(v) in (int, float) and abs(v) <= sys.float_info.max
 
 
 def pid_alive(pid):

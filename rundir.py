@@ -16,6 +16,7 @@ import dataclasses
 import json
 import errno
 import os
+import re
 import shlex
 import time
 
@@ -53,12 +54,12 @@ def checkpoint_step(path):
 def lock_holder(lock):
     """The process id in the lock file if that process is alive (0: a lock being taken now), else None."""
     try:
-        with open(lock) as f:
-            text = f.read().strip()
+        with open(lock, "rb") as f:                          # (bytes: a lock damaged, or a link to a binary file)
+            text = f.read(64).decode("ascii", "replace").strip()
         age = time.time() - os.stat(lock).st_mtime
     except OSError:
         return None
-    if not text.isdigit():
+    if not re.fullmatch("[0-9]+", text):
         return 0 if age < LOCK_GRACE else None
     return int(text) if data.pid_alive(int(text)) else None
 

@@ -6,7 +6,6 @@ BERT), every one checked before any data is read, and its model with its first w
 import contextlib
 import dataclasses
 import inspect
-import math
 import os
 
 import torch
@@ -38,7 +37,7 @@ def settings(argv, description=None):
         source_dir = os.path.dirname(os.path.abspath(args.init_from))
         args.out_dir = os.path.relpath(source_dir + ("-eval" if args.eval_only else "-finetune"))
     args.out_dir = os.path.join("out", f"{args.model}-{args.task}") if args.out_dir is None else args.out_dir
-    check_args(args)                                         # every flag, before any data is read
+    check_args(args, typed)                                  # every flag, before any data is read
     moot = next((k for k in MOOT_WITH_FILES.get(args.task, ()) if k in typed), None) if args.data_dir else None
     if moot:
         raise UsageError(f"--{moot} {getattr(args, moot)}: it sets the generated {args.task} examples, and "
@@ -68,7 +67,7 @@ def check_run_record(ckpt, out_dir):
         check_config(ckpt["model_name"], ckpt["config"])
     except UsageError as e:
         raise UsageError(f"{out_dir}/ckpt.pt: {e}") from None
-    finite = lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    finite = data.finite
     number = lambda v: finite(v) and v >= 0
     best = ckpt.get("best")
     fine = {"iter": lambda v: type(v) is int and (not isinstance(ckpt["args"].get("max_iters"), int)
@@ -132,7 +131,9 @@ CHANGEABLE_FIELDS = {"dropout", "checkpointing", "chunk"}
 
 
 def same(a, b):
-    return a == b or isinstance(a, str) and isinstance(b, str) and os.path.normpath(a) == os.path.normpath(b)
+    """The same value, or the same path however written (relative or absolute, through links)."""
+    return a == b or isinstance(a, str) and isinstance(b, str) and (os.path.normpath(a) == os.path.normpath(b) or (
+        os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)))
 
 
 def resume_state(args, given):

@@ -604,15 +604,16 @@ def config_from_bert(bert_config, **overrides):
                          f"{c.get('position_embedding_type')!r}): from_bert reads BERT with absolute positions")
     if c.get("hidden_act", "gelu") != "gelu":
         raise ValueError(f"hidden_act {c['hidden_act']!r}: from_bert reads BERT's GELU (erf), hidden_act 'gelu'")
-    shape = dict(vocab_size=c["vocab_size"], n_embd=c["hidden_size"], n_head=c["num_attention_heads"],
-                 mlp_hidden=c["intermediate_size"], bias=True)
-    for k, v in shape.items():
+    # BERT's own: its weights' shapes and where its LayerNorms sit (and their eps), its [CLS] among the ids
+    own = dict(vocab_size=c["vocab_size"], n_embd=c["hidden_size"], n_head=c["num_attention_heads"],
+               mlp_hidden=c["intermediate_size"], bias=True, layer_norm_eps=c.get("layer_norm_eps", 1e-12),
+               emb_norm=True, final_norm=False, learned_cls=False)
+    for k, v in own.items():
         if k in overrides and overrides[k] != v:
             raise ValueError(f"{k} is BERT's own ({v}), not {overrides[k]}")
-    fields = dict(shape, n_layer=c["num_hidden_layers"], block_size=c["max_position_embeddings"],
+    fields = dict(own, n_layer=c["num_hidden_layers"], block_size=c["max_position_embeddings"],
                   dropout=c.get("hidden_dropout_prob", 0.1), head="cls", attention="simple",
-                  variant="vanilla", norm="post", layer_norm_eps=c.get("layer_norm_eps", 1e-12), emb_norm=True,
-                  final_norm=False, learned_cls=False)
+                  variant="vanilla", norm="post")
     fields.update(overrides)
     if not 1 <= fields["n_layer"] <= c["num_hidden_layers"]:
         raise ValueError(f"n_layer {fields['n_layer']}: this BERT has {c['num_hidden_layers']} layers; keep 1 to "

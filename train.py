@@ -527,8 +527,8 @@ if __name__ == "__main__":
     except BrokenPipeError:                                  # the reader of stdout is gone (... | head): quietly
         data.stopped_by_pipe()
     except (UsageError, data.DataError, rundir.Diverged, OSError) as e:   # (OSError: a folder that failed mid-run)
-        if env_number("LOCAL_RANK") == 0:                   # ... but for an error: once on each machine
-            print(f"error: {data.error_line(e)}", file=sys.stderr)
+        if env_number("LOCAL_RANK") == 0 or "RANK" not in os.environ:   # ... an error: once a machine (no RANK:
+            print(f"error: {data.error_line(e)}", file=sys.stderr)           # not torchrun, whatever LOCAL_RANK says)
         sys.exit(3 if isinstance(e, rundir.Diverged) else 2)
     except Interrupted as e:                                 # Ctrl-C: how to continue
         print(e, flush=True) if rank == 0 else None

@@ -266,7 +266,8 @@ def tsv_task(folder, paths, block_size, cache_dir, fix):
 
 
 @task("listops", help={"tsv": "also write the splits into the cache folder as LRA's basic_train.tsv, basic_val.tsv "
-                                  "and basic_test.tsv (its release format, for LRA's own code)"})
+                                  "and basic_test.tsv (its release format, for LRA's own code)"},
+      generated_only=("listops_depth", "listops_args", "listops_sizes"))
 def listops(cache_dir="data", data_dir=None, block_size=None, listops_depth=LISTOPS_DEPTH, listops_args=LISTOPS_ARGS,
             listops_len=LISTOPS_LEN, listops_sizes=tuple(LISTOPS_SIZES.values()), tsv=False, **_):
     """LRA ListOps from --data_dir's basic_*.tsv, or generated once as arrays into cache_dir/listops (the LRA

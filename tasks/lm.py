@@ -81,6 +81,9 @@ def ptb_chars(files, cache_dir, block_size):
 
 @task("ptb")
 def ptb(data_dir=None, cache_dir="data", block_size=35, tokenizer="gpt2", **_):
+    if tokenizer not in ("gpt2", "char"):                    # (gpt2: the default, for PTB its words)
+        raise DataError(f"ptb: --tokenizer {tokenizer}: Penn Treebank is read as its words (without --tokenizer) or "
+                        "its characters (--tokenizer char)")
     files = ptb_files(fetch_ptb(os.path.join(cache_dir, "ptb")) if data_dir is None else data_dir)
     if tokenizer == "char":
         return ptb_chars(files, cache_dir, block_size)

@@ -330,7 +330,7 @@ def _loader(name):
         own = inspect.signature(load_recall)
         load_recall.__signature__ = own.replace(parameters=[p for p in own.parameters.values()
                                                             if p.name != "recall_pairs"])
-    return task(name, help=HELP)(load_recall)
+    return task(name, help=HELP, generated_only=("recall_pairs", "recall_sizes"))(load_recall)
 
 
 mqar_task, copy_task, induction_task = map(_loader, GENERATORS)

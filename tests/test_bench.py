@@ -173,6 +173,10 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
         ("softmax,transject", "--time_dim", ["4"], "--models diffeqformer"))],
     (["--new_tokens", "5"], "--new_tokens 5: it acts only with --generate; leave it out"),
     (["--cache_dir", "x"], "--cache_dir x: it acts only with --loop or --wall; leave it out"),
+    (["--cache_dir", "data"], "--cache_dir data: it acts only with --loop or --wall"),     # its default, typed
+    (["--models", "transject", "--n_head", "4"], "--n_head 4: it acts only with heads (TransJect has none)"),
+    *[(["--loop", flag, value], f"{flag} {value}: it acts only with the benchmarks of --models, not --loop or --wall")
+      for flag, value in (("--n_embd", "32"), ("--models", "softmax"), ("--batch", "2"), ("--head", "cls"))],
     (["--generate", "--lengths", "", "--contexts", "1000000000", "--models", "simpletron"],
      "--contexts 1,000,000,000: simpletron's training step there needs about"),
     (["--models", "softmax", "--lengths", "16", "--n_layer", "1", "--n_embd", "16", "--n_head", "2", "--repeats",

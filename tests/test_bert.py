@@ -284,6 +284,9 @@ def test_train_init_from_bert_bad_input_is_one_line(tmp_path, monkeypatch):
     assert "listops" in run("--init_from_bert", folder, task="listops")
     assert "n_embd is BERT's own" in run("--init_from_bert", folder, "--n_embd", "32")
     assert "n_layer 5" in run("--init_from_bert", folder, "--n_layer", "5")
+    for flag, value, own in (("--emb_norm", "false", True), ("--final_norm", "true", False),
+                             ("--learned_cls", "true", False), ("--layer_norm_eps", "1e-5", 1e-12)):
+        assert f"{flag[2:]} is BERT's own ({own})" in run("--init_from_bert", folder, "--block_size", "16", flag, value)
     for flag, value in (("--chunk", "8"), ("--causal_scale", "t")):           # a classifier: moot, not dropped
         assert run("--init_from_bert", folder, "--block_size", "16", flag, value) == (
             f"{flag} {value}: it acts only with a language model's causal attention, and this model is a "

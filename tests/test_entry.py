@@ -376,8 +376,15 @@ CASES = [
                       *[(f"with {k} {v}", json.dumps({"val_acc": 0.5, "test_acc": 0.5, "n_params": 10, "n_val": 2,
                                                       "n_test": 2, k: v}).encode())
                         for k, v in (("test_acc", float("nan")), ("n_params", float("inf")), ("gates", "none"),
+                                     ("n_val", 10**400), ("test_acc", 1.5), ("test_acc", -0.01),
                                      ("gates", {"a": {"used": 0.5}}), ("gates", {"a": {"value": -1e308, "used": 1}}),
                                      ("machine", 5), ("config", [1]), ("config", {"n_layer": 0}), ("args", "x"))])],
+    (E, "--report_only --jobs 1 (its default, typed)", lambda w, t: ["transfer", "--report_only", "--jobs", "1"],
+     "--jobs: --report_only runs nothing"),
+    (E, "results.md a FIFO", lambda w, t: [os.mkfifo(t / "results.md"), "transfer", "--seeds", "0"][1:],
+     "results.md cannot be written: is not a regular file"),
+    (E, "results.md a loop of links", lambda w, t: [os.symlink(t / "results.md", t / "results.md"), "transfer",
+                                                    "--seeds", "0"][1:], "results.md cannot be written"),
     (E, "results.md a folder", lambda w, t: [(t / "results.md").mkdir(), "transfer", "--report_only", "--seeds",
                                              "0"][1:], "results.md"),
 ]
@@ -774,6 +781,8 @@ def test_bench_nanogpt_that_is_no_nanogpt_is_one_line(name, code, words, tmp_pat
     (["--task", "induction", "--recall_pairs", "3"], "--recall_pairs 3: task induction has no such setting"),
     (["--task", "listops", "--tokenizer", "byte"], "--tokenizer byte: task listops has no such setting"),
     (["--task", "copy", "--tokenizer", "char"], "--tokenizer char: task copy has no such setting"),
+    (["--task", "listops", "--tokenizer", "gpt2"], "--tokenizer gpt2: task listops has no such setting"),  # the default
+    (["--task", "mqar", "--listops_depth", "10"], "--listops_depth 10: task mqar has no such setting"),     # typed
 ])
 def test_a_generated_tasks_flag_given_to_a_task_without_it_is_one_line(argv, words, w, tmp_path):
     with pytest.raises((config.UsageError, data.DataError), match=words):

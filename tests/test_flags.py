@@ -263,6 +263,8 @@ def test_a_lora_rank_above_the_width_and_a_transfer_from_another_model_are_refus
                                                                            "hypernetworks"),
     (["--model", "diffeqformer", "--discrete", "true", "--time_freqs", "4"], "--time_freqs 4: it acts only with W(t)"),
     (["--model", "diffeqformer", "--lora_scale", "2"], "--lora_scale 2.0: it acts only with --lora_r r"),
+    (["--norm", "rezero", "--final_norm", "true"], "--final_norm True: it acts only with --norm post or pre"),
+    (["--norm", "rezero", "--layer_norm_eps", "1e-6"], "--layer_norm_eps 1e-06: it acts only with a LayerNorm"),
 ])
 def test_a_flag_that_would_change_nothing_is_refused(no_data, tmp_path, flags, said):
     with pytest.raises(train.UsageError) as e:
@@ -281,7 +283,8 @@ def test_a_causal_flag_on_a_classifiers_checkpoint_is_refused(done, no_data, tmp
 
 
 def test_training_flags_with_eval_only_are_refused(done, no_data, tmp_path):
-    for flag, value in (("time_limit", "5"), ("lr", "0.1"), ("max_iters", "9"), ("dropout", "0.2")):
+    for flag, value in (("time_limit", "5"), ("lr", "0.1"), ("max_iters", "9"), ("dropout", "0.2"),
+                        ("eval_iters", "5"), ("checkpointing", "true"), ("seed", "3"), ("compile", "true")):
         with pytest.raises(train.UsageError) as e:
             runsetup.settings(["--init_from", str(done / "ckpt.pt"), "--eval_only", f"--{flag}", value,
                                "--out_dir", str(tmp_path / "a")])
@@ -293,6 +296,7 @@ def test_the_same_flags_where_they_act_are_taken(no_data, tmp_path):
                   ["--schedule", "cosine", "--min_lr", "0.5", "--lr_decay_iters", "9"],
                   ["--short_steps", "3", "--short_len", "8"], ["--causal_scale", "t", "--chunk", "8"],
                   ["--mlp_ratio", "2"], ["--model", "diffeqformer", "--time_dim", "4", "--time_freqs", "3"],
+                  ["--norm", "rezero", "--emb_norm", "true", "--layer_norm_eps", "1e-6"],
                   ["--model", "diffeqformer", "--discrete", "true", "--lora_r", "2", "--lora_scale", "2"]):
         runsetup.settings([*flags, "--out_dir", str(tmp_path / "a")])
 
