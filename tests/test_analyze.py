@@ -611,6 +611,19 @@ def test_lyapunovs_text_is_read_with_the_runs_own_tokenizer(tmp_path):
         analyze.encode_text("zebra", torch.load(tmp_path / "c.pt", weights_only=True))
 
 
+def test_lyapunovs_words_without_an_unk_in_the_vocabulary_are_one_line(tmp_path):
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"ptb.{split}.txt").write_text(" the cat sat \n a dog ran \n")   # no <unk> among the words
+    deq = dict(vocab_size=8, block_size=16, n_layer=1, n_head=2, n_embd=8, head="lm")
+    model_checkpoint(tmp_path / "p.pt", "diffeqformer", deq, task="ptb", data_dir=str(tmp_path))
+    ckpt = torch.load(tmp_path / "p.pt", weights_only=True)
+    ids, labels = analyze.encode_text("the dog sat", ckpt)
+    assert ids.tolist() == [[7, 4, 6]] and labels == ["the", "dog", "sat"]    # <eos> a cat dog ran sat the, from 1
+    with pytest.raises(analyze.UsageError, match="--text: word 'zebra' is not in the run's vocabulary, which has no "
+                                                 "<unk> to stand in for it"):
+        analyze.encode_text("the zebra", ckpt)
+
+
 def test_lyapunov_of_a_diffeqformer(tmp_path):
     pytest.importorskip("diffeqformer")
     path, model = model_checkpoint(tmp_path / "deq.pt", "diffeqformer",

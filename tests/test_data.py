@@ -804,3 +804,9 @@ def test_a_byte_order_mark_before_the_first_line_is_left_out(tmp_path):
     (tmp_path / "ag.csv").write_bytes('\ufeff"3","Wall St.","Shares rose."\n'.encode())
     texts, labels = text.read_agnews_csv(str(tmp_path / "ag.csv"))
     assert labels == [2] and "Wall St." in texts[0]
+
+
+def test_finite_is_a_json_number_a_float_can_hold():
+    assert all(data.finite(v) for v in (0, -3, 1.5, 10**308, -1.7976931348623157e308))
+    assert not any(data.finite(v) for v in (True, None, "1", [1], float("nan"), float("inf"), -float("inf"), 10**309,
+                                            -10**400))

@@ -154,6 +154,8 @@ CASES = [
         **c["config"], "n_embd": "wide"})], "its model settings are damaged (n_embd 'wide': allowed is an integer)"),
     (S, "a config whose bias is the text 'false'", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
         **c["config"], "bias": "false"})], "its model settings are damaged (bias 'false': allowed is true or false)"),
+    (S, "a config whose vocab_size has 401 digits", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
+        **c["config"], "vocab_size": 10**400})], "its model settings make a model unlike its weights"),
     (S, "a config whose n_layer is True", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
         **c["config"], "n_layer": True})], "its model settings are damaged (n_layer True: allowed is an integer)"),
     (S, "a config with a field the model lacks", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
@@ -290,6 +292,9 @@ CASES = [
      "log.jsonl"),
     (A, "attnstd of a log that is a folder", lambda w, t: ["attnstd", "--run", log_file(t, None), "--out", t / "a"],
      "folder"),
+    (A, "attnstd of a record holding Infinity", lambda w, t: ["attnstd", "--run", log_file(
+        t, b'{"step": 1, "score_std": [1], "attn_std": [1]}\n{"step": 2, "score_std": [Infinity], "attn_std": [1]}\n'),
+        "--out", t / "a"], "the attention std of step 2 is damaged"),
     (A, "attnstd with a damaged metrics.json", lambda w, t: [
         "attnstd", "--run", [log_file(t, b'{"step": 1, "score_std": [1], "attn_std": [1]}\n'),
                              log_file(t, b"{", "metrics.json")][0], "--out", t / "a"], "metrics.json"),
@@ -307,7 +312,13 @@ CASES = [
         "curves", log_file(t, b'{"step": 1, "loss": 2.0}\n' * 500 + BINARY), "--out", t / "a"], "not UTF-8"),
     *[(A, f"curves of a log whose step is {v.decode()}", lambda w, t, v=v: [
         "curves", log_file(t, b'{"step": %s, "loss": 1.0, "val_loss": 1.0}\n' % v), "--out", t / "a"], "no record")
-      for v in (b"NaN", b"1e999")],
+      for v in (b"NaN", b"1e999", b"1" * 401, b"true")],
+    (A, "curves of a log whose loss is an integer of 401 digits", lambda w, t: ["curves", log_file(
+        t, b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": %s}\n' % (b"9" * 401)), "--out", t / "a"],
+     "has a damaged record (step 2)"),
+    (A, "curves --table whose run's log.jsonl is a loop of links", lambda w, t: [
+        (t / "out" / "exp" / "tb" / "r-s0").mkdir(parents=True), os.symlink("log.jsonl", t / "out/exp/tb/r-s0/log.jsonl"),
+        "curves", "--table", "tb", "--out", t / "a"][2:], "log.jsonl"),
     (A, "curves of nothing", lambda w, t: ["curves", "--out", t / "a"], "run folders"),
     (A, "curves of an empty folder name", lambda w, t: ["curves", "", "--out", t / "a"], "an empty string"),
     (A, "curves of a folder that is not there", lambda w, t: ["curves", t / "none", "--out", t / "a"], "none"),
@@ -441,6 +452,13 @@ PREPARE = [
     ("tasks.recall", "no --task", lambda w, t: ["--cache_dir", t / "c"], "--task"),
     ("tasks.recall", "a plain file of bad lines", lambda w, t: ["--task", "mqar", "--data_dir", w.txt, "--cache_dir",
                                                              t / "c"], "t.txt"),
+    *[("tasks.recall", f"--data_dir with --{flag}", lambda w, t, flag=flag: [
+        "--task", "mqar", "--data_dir", w.txt, f"--{flag}", "4" if flag == "recall_pairs" else "8,4,4", "--cache_dir",
+        t / "c"], f"--{flag} ") for flag in ("recall_pairs", "recall_sizes")],          # (files are read instead)
+    ("tasks.listops", "--data_dir with --listops_depth 10 (the default, typed)", lambda w, t: [
+        "--data_dir", w.lra, "--listops_depth", "10", "--cache_dir", t / "c"], "--listops_depth 10: it sets the"),
+    ("tasks.lm", "ptb --tokenizer byte", lambda w, t: ["--task", "ptb", "--tokenizer", "byte", "--cache_dir", t / "c"],
+     "ptb: --tokenizer byte: Penn Treebank is read as its words"),
     ("tasks.retrieval", "no --data_dir", lambda w, t: ["--cache_dir", t / "c"], "--data_dir"),
     ("tasks.lm", "no --task", lambda w, t: ["--cache_dir", t / "c"], "--task"),
     ("tasks.lm", "an unknown --task", lambda w, t: ["--task", "chess", "--cache_dir", t / "c"], "chess"),
@@ -733,6 +751,12 @@ def test_a_torchrun_variable_that_is_no_number_is_one_line(name, w, tmp_path, mo
         train.main(["--data_dir", str(w.lra), "--out_dir", str(tmp_path / "o"), "--cache_dir", str(tmp_path / "c"),
                     *TINY])
     assert not (tmp_path / "o").exists()
+
+
+def test_a_local_rank_left_in_the_environment_alone_does_not_silence_the_error(tmp_path):
+    """Without RANK (not torchrun) the process is the only one: its error is said, whatever LOCAL_RANK holds."""
+    p = command("train.py", "--n_layer", "0", "--out_dir", tmp_path / "o", env={**os.environ, "LOCAL_RANK": "1"})
+    check_one_line(p.returncode, p.stderr, "--n_layer 0: allowed is an integer >= 1")
 
 
 @pytest.mark.parametrize("content,words", [(BINARY, "utf-8"), (b'--lr "0.1\n', "No closing quotation"),

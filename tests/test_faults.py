@@ -342,6 +342,33 @@ def test_a_lock_being_taken_right_now_is_respected(tmp_path, monkeypatch):
     one_line(e, "is in use by another train.py (a process starting now)")
 
 
+def test_a_lock_of_bytes_that_are_no_process_id_is_respected_while_fresh_and_taken_when_old(tmp_path, monkeypatch):
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "lock").write_bytes(b"\x80\x02\xff\xfe torch \x00" * 8)    # (a link to a checkpoint, say)
+    assert rundir.lock_holder(tmp_path / "o" / "lock") == 0                       # written just now: being taken
+    (tmp_path / "o" / "lock").write_text("\u00b2\n")                              # a digit to str.isdigit, not int()
+    assert rundir.lock_holder(tmp_path / "o" / "lock") == 0
+    os.utime(tmp_path / "o" / "lock", (time.time() - 3600,) * 2)
+    assert rundir.lock_holder(tmp_path / "o" / "lock") is None                    # an hour old: nobody's
+    (tmp_path / "o" / "lock").write_text(f"{2**22 + 1}\n")                          # past Linux's largest process id
+    assert rundir.lock_holder(tmp_path / "o" / "lock") is None
+
+
+def test_init_from_into_its_own_folder_is_refused_however_the_folder_is_named(lra, tmp_path, monkeypatch):
+    run("--data_dir", lra, *TINY, "--max_iters", "1", "--out_dir", tmp_path / "o")
+    os.symlink(tmp_path / "o", tmp_path / "link")
+    os.symlink(tmp_path / "o" / "ckpt.pt", tmp_path / "ck.pt")
+    saved = (tmp_path / "o" / "ckpt.pt").read_bytes()
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    for source, out in ((tmp_path / "o" / "ckpt.pt", tmp_path / "o"), (tmp_path / "o" / "ckpt.pt", tmp_path / "link"),
+                        (tmp_path / "ck.pt", tmp_path / "o"), (tmp_path / "link" / "ckpt.pt", tmp_path / "o")):
+        with pytest.raises(train.UsageError) as e:
+            run("--init_from", source, "--out_dir", out, "--overwrite")
+        one_line(e, f"--out_dir {out} holds the checkpoint of --init_from, whose metrics.json and ckpt.pt this run "
+                    "would overwrite: choose another --out_dir")
+    assert (tmp_path / "o" / "ckpt.pt").read_bytes() == saved
+
+
 def test_a_new_run_never_replaces_another_unless_told(lra, tmp_path, monkeypatch):
     out = tmp_path / "o"
     run("--data_dir", lra, *TINY, "--max_iters", "3", "--eval_interval", "3", "--out_dir", out)

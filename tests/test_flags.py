@@ -68,6 +68,18 @@ def test_resume_applies_and_says_what_a_run_may_change(done, capsys):
     assert args.batch_size == 4 and ckpt["iter"] == 2       # the run's own, where not given
 
 
+def test_resume_takes_the_runs_own_data_however_its_path_is_written(done, tmp_path, monkeypatch, capsys):
+    data_dir = ckpt_args(done)["data_dir"]
+    os.symlink(data_dir, tmp_path / "link")
+    monkeypatch.chdir(os.path.dirname(data_dir))
+    for given in (os.path.basename(data_dir), str(tmp_path / "link")):     # relative; through a link
+        args = runsetup.settings(["--resume", "--out_dir", str(done), "--data_dir", given])[0]
+        assert args.data_dir == given and capsys.readouterr().out == ""       # the same data: nothing to say
+    with pytest.raises(train.UsageError) as e:                                 # other data: refused
+        runsetup.settings(["--resume", "--out_dir", str(done), "--data_dir", str(tmp_path)])
+    one_line(e, f"--data_dir {tmp_path}: {done} holds a simpletron run on listops with data_dir")
+
+
 def ckpt_args(out):
     return train.load_checkpoint(str(out / "ckpt.pt"))["args"]
 

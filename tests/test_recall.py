@@ -221,6 +221,15 @@ def test_plain_files_round_trip_and_become_a_task(tmp_path):
                             "(given, or the checkpoint's): give --recall_len 16, or other files")
 
 
+def test_the_prepare_command_reads_the_splits_plain_files_hold(tmp_path, capsys):
+    """python -m tasks.recall --data_dir: the files there checked, the test split alone too (for --eval_only)."""
+    recall.write_examples(str(tmp_path / "test.txt"), *recall.mqar(6, 16, 2, 16, seed=1))
+    for where in (tmp_path, tmp_path / "test.txt"):
+        data.prepare_main("tasks.recall", argv=["--task", "mqar", "--data_dir", str(where), "--recall_vocab", "16",
+                                                "--cache_dir", str(tmp_path / "c")])
+        assert capsys.readouterr().out.startswith("mqar: test 6 examples")
+
+
 def test_files_of_different_lengths_are_refused_with_each_length(tmp_path):
     recall.write_examples(str(tmp_path / "train.txt"), *recall.mqar(20, 16, 2, 16, seed=1))    # 20 rows of 16
     recall.write_examples(str(tmp_path / "val.txt"), *recall.mqar(3, 32, 2, 16, seed=2))       # 3 rows of 32
