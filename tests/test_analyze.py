@@ -650,6 +650,17 @@ def test_lyapunov_of_a_diffeqformer(tmp_path):
     assert np.allclose(np.array(spec["rows"][2]["qk"][1])[:, 0], qk[1].real)
 
 
+def test_sample_batch_is_the_val_splits_draw_cut_to_max_len_tokens(tmp_path):
+    import test_train
+    lra = test_train.write_listops(tmp_path / "lra", 8, seed=1)
+    path, _ = model_checkpoint(tmp_path / "s.pt", "simpletron", dict(vocab_size=16, block_size=64, n_layer=1, n_embd=8,
+                                                                    n_head=2, head="cls", n_classes=10), data_dir=str(lra))
+    ckpt = torch.load(path, weights_only=True)
+    full, _ = analyze.task_of(ckpt).split("val").sample(3, np.random.default_rng(7))
+    x = analyze.sample_batch(ckpt, 3, 5, seed=7)
+    assert full.shape[1] > 5 and x.shape == (3, 5) and np.array_equal(np.asarray(x), np.asarray(full)[:, :5])
+
+
 def test_experts_and_activation_of_a_transject(tmp_path):
     pytest.importorskip("transject")
     import test_train
