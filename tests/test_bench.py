@@ -393,3 +393,24 @@ def test_a_readme_command_runs_its_recipe_from_the_repository(tmp_path, monkeypa
     assert argv[1] == os.path.join(ROOT, "train.py") and argv[2] == f"@{ROOT}/recipes/quickstart.txt"
     assert os.path.isfile(argv[2][1:]) and argv[3:] == ["--max_iters", "3", "--out_dir", "o", "--cache_dir", "c",
                                                        "--device", "cpu"]
+
+
+def test_wall_split_cuts_each_commands_time_at_its_lines_and_log_hand_worked(monkeypatch):
+    """--wall's phases from a run's timed output lines and its log's clock (a hand-worked run): the log's clock is
+    set against the output's by the first progress line (step 10 here), and each phase is a difference."""
+    lines = [(0.5, "generating ListOps"), (1.0, "simpletron on listops (cpu): 0.10M params, ..."),
+             (2.2, "step 10/20 | loss 2.0"), (4.0, "wrote out/metrics.json"), (4.5, "peak memory 2048 kB")]
+    steps, evals = {1: 0.1, 9: 0.9, 10: 1.0, 20: 2.0}, {10: 1.3, 20: 2.5}          # the log's clock
+    monkeypatch.setattr(bench, "run_train", lambda *a: lines)
+    monkeypatch.setattr(bench, "log_records", lambda out: (steps, evals))
+    monkeypatch.setattr("builtins.print", lambda *a, **k: None)
+    records = bench.wall_split(types.SimpleNamespace(device="cpu"), "cpu")
+    assert [r["what"] for r in records] == list(bench.USER_RUNS)
+    offset = 2.2 - 1.0                                       # step 10: 2.2 s on the output's clock, 1.0 s on the log's
+    last = offset + 2.0                                      # the last step, 3.2 s
+    expected = {"start-up (Python, torch, the flags)": 0.5, "data generation and loading": 0.5,
+                "training steps": last - 1.0 - 0.3, "evaluations during training (val, ckpt.pt, loss.png)": 0.3,
+                "the last evaluation and the final one on all of val and test": 4.0 - last, "exit": 0.5}
+    for r in records:
+        assert r["wall"] == 4.5 and r["peak_rss_kb"] == 2048
+        assert r["phases"] == pytest.approx(expected)

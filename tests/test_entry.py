@@ -345,6 +345,8 @@ CASES = [
     *[(E, f"--seeds {v!r}", lambda w, t, v=v: ["transfer", "--seeds", v], "--seeds")
       for v in ("", "a", "-1", "0,0", "1,,2", "0,00", "1,01", "1.5", str(2**40), "0;1")],
     *[(E, f"--jobs {v}", lambda w, t, v=v: ["transfer", "--jobs", v], "--jobs") for v in ("0", "-2", "x", str(10**6))],
+    (E, "--jobs past the cores", lambda w, t: ["transfer", "--jobs", str((os.cpu_count() or 1) + 1)],
+     f"allowed is 1 to {os.cpu_count() or 1}, the cores of this machine"),
     (E, "--data_dir not there", lambda w, t: ["transfer", "--data_dir", t / "none"], "--data_dir"),
     (E, "text-char without --data_dir", lambda w, t: ["text-char", "--seeds", "0"], "textfile: no text given"),
     (E, "text-char --data_dir a binary file", lambda w, t: ["text-char", "--data_dir", w.bin], "not UTF-8 text",
