@@ -86,7 +86,8 @@ def check_run_record(ckpt, out_dir):
         raise UsageError(f"{out_dir}/ckpt.pt: its optimizer state holds a value that is not finite (damaged); start a "
                          "new run, or --init_from it in another --out_dir")
     path = os.path.join(out_dir, "best.pt")
-    if best is None or data.file_problem(path) == "does not exist":
+    # a best.pt there is checked, whether or not ckpt.pt records a best: the next evaluation writes over it
+    if data.file_problem(path) == "does not exist":
         if best is not None:
             print(f"{path} is gone: the run's best so far (step {best['step']}) is forgotten; the next evaluation "
                   "writes a new one")

@@ -456,6 +456,17 @@ def test_a_damaged_record_in_ckpt_pt_is_refused_before_any_data(lra, tmp_path, m
     one_line(e, f"{tmp_path / 'o' / 'ckpt.pt'}: ", words)
 
 
+def test_another_runs_best_pt_beside_a_run_without_a_best_record_is_refused(lra, tmp_path, monkeypatch):
+    """The next evaluation would write over it: checked whether or not ckpt.pt records a best."""
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "o")
+    edit_ckpt(tmp_path / "o" / "ckpt.pt", best=None)
+    edit_ckpt(tmp_path / "o" / "best.pt", model_name="softmax", config=lambda c: {**c["config"], "attention": "softmax"})
+    monkeypatch.setattr(train, "train_session", lambda *a: pytest.fail("a step was taken"))
+    with pytest.raises(train.UsageError) as e:
+        run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
+    one_line(e, f"{tmp_path / 'o' / 'best.pt'} holds another run's weights (a softmax model), not this simpletron run's")
+
+
 def test_a_run_resumed_with_another_dropout_resumes_again_beside_its_earlier_best_pt(lra, tmp_path, monkeypatch):
     run("--data_dir", lra, *TINY, "--eval_interval", "2", "--max_iters", "2", "--out_dir", tmp_path / "o")
     fake_val(monkeypatch, [0.0] * 4, "acc")                    # steps 4, 6 no better: best.pt stays step 2's (TINY: dropout 0)
