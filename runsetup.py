@@ -52,9 +52,9 @@ def settings(argv, description=None):
         config_dict = dict(MODELS[args.model][1], **overrides)
     check_moot(args, typed, check_config(args.model, config_dict))   # bad settings fail before any data is loaded
     head = config_dict.get("head") if any(x is not None for x in (ckpt, source, pretrained)) else None
-    if head and (k := next((k for k in typed if k in HEAD_FIELDS and head not in HEAD_FIELDS[k][0]), None)):
-        raise UsageError(f"--{k} {config_dict[k]}: it acts only with {HEAD_FIELDS[k][1]}, and this model is "
-                         f"{'a language model' if head == 'lm' else f'a classifier (head {head})'}; leave it out")
+    if head:
+        check_head_fields(typed, config_dict, head, "this model is " + ("a language model" if head == "lm" else
+                                                                       f"a classifier (head {head})"))
     check_size(args, args.model, config_dict)                # and those that cannot fit in memory
     return args, batch_given, source, ckpt, pretrained, config_dict
 
@@ -179,14 +179,19 @@ HEAD_FIELDS = {"chunk": (("lm",), "a language model's causal attention"), "causa
                "pool": (("cls", "match"), "a classifier's pooling of its tokens")}
 
 
+def check_head_fields(names, config_dict, head, what):
+    """One line for the first of `names` that is a field of another kind of head than `head` (`what` says whose)."""
+    if k := next((k for k in names if k in HEAD_FIELDS and head not in HEAD_FIELDS[k][0]), None):
+        raise UsageError(f"--{k} {config_dict[k]}: it acts only with {HEAD_FIELDS[k][1]}, and {what}; leave it out")
+
+
 def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):
     """The Config fields the task decides (vocabulary, length, head, classes) where the settings leave them open.
     A checkpoint's model must fit the task as it is; BERT's gets a new classifier."""
     fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=task.kind, n_classes=task.n_classes)
-    k = next((k for k in config_dict if k in HEAD_FIELDS and task.kind not in HEAD_FIELDS[k][0]), None)
-    if k and not from_checkpoint and pretrained is None:     # (given, or a preset of this task's: none such)
-        raise UsageError(f"--{k} {config_dict[k]}: it acts only with {HEAD_FIELDS[k][1]}, and task {task_name} is "
-                         f"{'a language model' if task.kind == 'lm' else 'a classifier'}; leave it out")
+    if not from_checkpoint and pretrained is None:           # (given, or a preset of this task's: none such)
+        check_head_fields(config_dict, config_dict, task.kind, f"task {task_name} is " + (
+            "a language model" if task.kind == "lm" else "a classifier"))
     for k in ("vocab_size", "head", "n_classes"):
         if from_checkpoint and config_dict[k] != fields[k] and not (k == "vocab_size" and config_dict[k] > fields[k]):
             raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {task_name} needs {fields[k]}")
