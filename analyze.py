@@ -85,7 +85,7 @@ def one_thread():
 def head_spectra(Wq, Wk, Wv, Wo, n_head):
     """Eigenvalues of QK_h = W_Q^h (W_K^h)^T and OV_h = W_V^h W_O^h for every head h.
 
-    Wq, Wk, Wv: (D, D) in the row convention (q = x Wq); head h owns columns h*d:(h+1)*d.
+    Wq, Wk, Wv: (D, D) tensors, arrays or lists, in the row convention (q = x Wq); head h owns columns h*d:(h+1)*d.
     Wo: (D, D) (y = concat(heads) Wo), head h owns rows h*d:(h+1)*d; None means no output map (identity).
     Returns (qk, ov), complex128 arrays (H, d): the d eigenvalues of each head that can be nonzero
     (the D x D products have rank <= d; their other D - d eigenvalues are 0).

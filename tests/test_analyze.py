@@ -124,6 +124,9 @@ def test_spectra_of_hand_built_weights():
         assert np.allclose(sorted_complex(full[np.abs(full) > 1e-9]), expected("qk", h), atol=1e-9)
         full = np.linalg.eigvals((Wv[:, s] @ Wo[s, :]).numpy())
         assert np.allclose(sorted_complex(full[np.abs(full) > 1e-9]), expected("ov", h), atol=1e-9)
+    # the weights as nested lists (anything torch.as_tensor takes): the same spectra
+    qk2, ov2 = analyze.head_spectra(*(np.asarray(W).tolist() for W in (Wq, Wk, Wv, Wo)), n_head=2)
+    assert np.allclose(qk2, qk) and np.allclose(ov2, ov)
 
 
 def test_spectra_read_from_a_model_use_the_models_own_convention():

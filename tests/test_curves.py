@@ -142,6 +142,19 @@ def test_plot_runs_summary_is_the_mean_and_band_of_the_seeds(tmp_path):
     assert rows[0]["val_loss"] == {"step": 10, "mean": pytest.approx(2.4), "min": 2.0, "max": 3.0}
 
 
+def test_one_run_alone_has_no_legend_of_rows(tmp_path, monkeypatch):
+    """A row's legend (and the inches it takes) only when there is more than one run to tell apart: one run alone,
+    one row of 2 seeds, two rows of one run each, counted by hand (a legend line holds 3 rows)."""
+    made = []
+    monkeypatch.setattr(curves, "Figure", lambda **kw: made.append(Figure(**kw)) or made[-1])
+    log = lambda name: os.path.dirname(write_log(tmp_path / name, classifier_log({10: (2.0, 0.5)})))
+    for runs, legends, inches in (([log("one")], 0, 4.6), ([log("r-s0"), log("r-s1")], 1, 4.8),
+                                  ([log("p"), log("q"), log("x"), log("y")], 1, 5.0)):
+        made.clear()
+        curves.plot_runs(runs, str(tmp_path / "c.png"))
+        assert (len(made[0].legends), made[0].get_figheight()) == (legends, pytest.approx(inches)), runs
+
+
 def test_row_of_strips_the_seed():
     assert curves.row_of("out/exp/ptb/gpt-softmax-pre-ln-s2") == "gpt-softmax-pre-ln"
     assert curves.row_of("out/exp/ptb/gpt-softmax-pre-ln-s12/") == "gpt-softmax-pre-ln"

@@ -246,7 +246,8 @@ CASES = [
         torch.load(w.deq, weights_only=True)["config"]["block_size"] + 1), "--out", t / "a"],
      "tokens, and the model reads at most its block_size"),
     *[(A, f"lyapunov --position {v}", lambda w, t, v=v: ["lyapunov", "--ckpt", w.deq, "--text", "to be", "--position",
-                                                          v, "--out", t / "a"], "--position")
+                                                          v, "--out", t / "a"],
+      f"--position {v}: --text gives 5 tokens, so allowed is -5 to 4" if v in ("5", "-6") else "--position")
       for v in ("5", "-6", "99999", "x")],
     *[(A, f"lyapunov --k {v}", lambda w, t, v=v: ["lyapunov", "--ckpt", w.deq, "--k", v, "--out", t / "a"], "--k")
       for v in ("0", "-2", "x")],
