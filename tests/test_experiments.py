@@ -242,3 +242,24 @@ def test_run_from_another_folder_it_reads_the_runs_where_they_were_made(tmp_path
     experiments.main(["transfer", "--report_only", "--seeds", "0"])
     assert "<!-- results:transfer -->" in (root / "docs" / "results.md").read_text()
     assert os.getcwd() == str(elsewhere) and os.listdir(elsewhere) == []
+
+
+def test_deq_grid_table_by_hand(monkeypatch):
+    """deq-grid's table from a stand-in solver whose errors are known: RK4 (4,096 steps, once per seed) lands at
+    X0 + 1, n Euler steps at X0 + 1 + k/n for the k-th seed, so each entry is k/n: mean and spread over seeds 1, 2."""
+    import diffeqformer
+    calls = []
+
+    def odeint(f, x0, n, method):
+        calls.append((n, method))
+        k = sum(m == "rk4" for _, m in calls)
+        assert (method, n) in (("rk4", 4096), ("euler", n)) and k >= 1
+        return x0 + 1 if method == "rk4" else x0 + 1 + k / n
+
+    monkeypatch.setattr(diffeqformer, "odeint", odeint)
+    text = experiments.deq_grid((7, 8))
+    steps = (4, 8, 16, 64, 256, 1024)
+    cells = [f"{1.5 / n:.3f} ± {(1 / n) / math.sqrt(2):.3f}" for n in steps]
+    assert "| Euler steps | 4 | 8 | 16 | 64 | 256 | 1,024 |" in text and "seeds 7, 8" in text
+    assert "| relative distance to the flow at t = 1 | " + " | ".join(cells) + " |" in text
+    assert [m for _, m in calls] == (["rk4"] + ["euler"] * 6) * 2
