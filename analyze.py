@@ -377,7 +377,10 @@ def task_of(ckpt):
 
 def sample_batch(ckpt, n_seq, max_len, seed=0):
     """n_seq examples of the checkpoint's task (val split, else test, else train), cut to max_len tokens."""
-    task = task_of(ckpt)
+    task, vocab = task_of(ckpt), ckpt["config"]["vocab_size"]
+    if task.vocab_size > vocab:                              # (more: a --vocab_size above the task's, ids unused)
+        raise UsageError(f"task {task.name} has {task.vocab_size:,} ids but the checkpoint's model reads {vocab:,}: "
+                         "its data changed since training, or the checkpoint is another run's")
     name = next((s for s in ("val", "test", "train") if task.has(s)), None)
     if name is None:
         raise UsageError(f"task {task.name} has no data to analyse")
@@ -411,8 +414,9 @@ def encode_text(text, ckpt):
         enc = tasks.sources.get_tokenizer(tokenizer, task)
         ids = enc.encode_ordinary(text)
         labels = [enc.decode([i], errors="replace") for i in ids]
-    if not ids:
-        raise UsageError("--text is empty")
+    if not ids or max(ids) >= cfg["vocab_size"]:             # (past the model's ids: its data changed since training)
+        raise UsageError("--text is empty" if not ids else f"--text: {labels[ids.index(max(ids))]!r} is id {max(ids)}, "
+                         f"past the model's {cfg['vocab_size']:,} ids: the run's data changed since training")
     if len(ids) > cfg["block_size"]:                         # (honoured whole or refused: never cut)
         raise UsageError(f"--text is {len(ids):,} tokens, and the model reads at most its block_size "
                          f"{cfg['block_size']:,}: give a shorter --text")
@@ -777,8 +781,7 @@ def cmd_cluster(args):
         traj = simulate_attention_ode(x0, Wq, Wk, Wv, growth(deg), T=args.T, steps=args.steps)
         runs.append({"degree": deg, "g": "1" if deg == 0 else f"1 + t^{deg}",
                      "clusters": cluster_number(traj[-1], args.eps), "spread": spread(traj[-1]),
-                     "spread_start": spread(traj[0]),
-                     "final": traj[-1].tolist(), "traj": traj})
+                     "spread_start": spread(traj[0]), "final": traj[-1].tolist(), "traj": traj})
         with one_thread():
             runs[-1].update(clusters_t=[cluster_number(X, args.eps) for X in traj], spread_t=[spread(X) for X in traj])
     fig = plt.figure(figsize=(4.6 * len(runs), 9.5))
@@ -815,8 +818,7 @@ def cmd_cluster(args):
     out = {"tokens": int(x0.shape[0]), "D": 3, "steps": args.steps, "T": args.T, "seed": args.seed, "eps": args.eps,
            "weights": args.weights,
            "note": "clusters: connected components of points closer than eps at the end; spread: mean "
-                   "distance between two tokens at the end (uniform on the sphere: 4/3, collapse: 0)",
-           "runs": runs}
+                   "distance between two tokens at the end (uniform on the sphere: 4/3, collapse: 0)", "runs": runs}
     path = write_json(args.out, "cluster", out)
     for r in runs:
         print(f"g(t) = {r['g']:>9}: {r['clusters']:2d} cluster{'s' if r['clusters'] != 1 else ' '}, spread {r['spread']:.3f} (start {r['spread_start']:.3f})")
@@ -840,8 +842,7 @@ SUBCOMMANDS = {
     "attnstd": ("attention std per block over training (SimpleTRON fig. 5)",
                 "runs of SimpleTRON or softmax trained with train.py --attn_std_interval N"),
     "curves": ("loss and accuracy or perplexity over training; the seeds of a row as their mean and a band",
-               "runs of train.py of any model (folders with a log.jsonl)"),
-}
+               "runs of train.py of any model (folders with a log.jsonl)")}
 CKPT = {"spectra": "a ckpt.pt of train.py", "lyapunov": "a ckpt.pt of train.py",
         "activation": "a ckpt.pt of train.py (several allowed: side by side)",
         "experts": "a ckpt.pt of train.py (several allowed: one column each)"}
@@ -879,14 +880,13 @@ def parse(argv):
                               "(0: at the model's own Euler steps)")
     s["lyapunov"].add_argument("--text", default="the company said it expects to report a loss for the year",
                                help="the sentence (Penn Treebank words, a ListOps expression, or bytes)")
-    s["lyapunov"].add_argument("--position", type=int, default=-1, help="the output token whose exponents are "
-                               "drawn (-1: the last)")
+    s["lyapunov"].add_argument("--position", type=int, default=-1, help="output token drawn (-1: the last)")
     s["lyapunov"].add_argument("--k", type=int, default=8, help="exponents to compute per token pair")
     for name in ("activation", "experts"):
         s[name].add_argument("--n_seq", type=int, default=16, help="sequences of the task's val split")
         s[name].add_argument("--max_len", type=int, default=512, help="cut sequences to this many tokens")
-    s["attnstd"].add_argument("--run", action="append", help="a folder of python train.py ... "
-                              "--attn_std_interval N (several allowed: one row of panels each)")
+    s["attnstd"].add_argument("--run", action="append", help="a folder of train.py --attn_std_interval N (several: "
+                              "a row of panels each)")
     s["cluster"].add_argument("--tokens", type=int, default=40, help="tokens on the sphere")
     s["cluster"].add_argument("--steps", type=int, default=200, help="Euler steps")
     s["cluster"].add_argument("--T", type=float, default=10.0, help="time horizon (step = T / steps)")

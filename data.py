@@ -400,12 +400,22 @@ class Task:
 # Files: finding a release's files, reading them (every failure one line naming the file), caching what is
 # derived from them under a name that changes with them, and cleaning up after killed processes.
 
+class Terminated(BaseException):
+    """SIGTERM (kill, a scheduler's stop) raised where the program is, as Ctrl-C is: its `with` blocks clean up (a
+    pool's workers stopped, temporary files removed) before it ends."""
+
+
+def terminate(signum, frame):
+    raise Terminated
+
+
 def run_main(main, *errors):
     """A program's main() (sample.py, analyze.py, bench.py, experiments.py, python -m tasks.X) under train.py's rule:
     bad input (a DataError or one of `errors`) or an OS error on a file or folder it reads or writes is one line on
     stderr, "error: ...", and exit status 2, never a traceback; so is running out of memory; Ctrl-C is one line and
-    exit status 130. Returns what main() returns."""
+    exit status 130, SIGTERM alike with 143. Returns what main() returns."""
     signal.signal(signal.SIGINT, signal.default_int_handler)   # (a program may ignore Ctrl-C while it imports)
+    signal.signal(signal.SIGTERM, terminate)
     escape_unshowable()
     try:
         return main()
@@ -418,9 +428,10 @@ def run_main(main, *errors):
             raise
         message = f"out of memory ({one_line(e, 100) if str(e) else 'MemoryError'}): ask for less (fewer or shorter " \
                   "sequences, a smaller model) or use a device with more memory"
-    except KeyboardInterrupt:
-        print("interrupted (Ctrl-C): stopped at once; the files written before are as they were", file=sys.stderr)
-        sys.exit(130)
+    except (KeyboardInterrupt, Terminated) as e:
+        how = "interrupted (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else "stopped (SIGTERM)"
+        print(f"{how}: stopped at once; the files written before are as they were", file=sys.stderr)
+        sys.exit(130 if isinstance(e, KeyboardInterrupt) else 143)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
 

@@ -94,6 +94,16 @@ def transject_ckpt(t):
                                                                        n_embd=8)))
 
 
+def vocab_cut(path, t, n):
+    """A copy of a checkpoint, whole in itself, with a vocabulary of n ids (config and every table of them cut)."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    v = ckpt["config"]["vocab_size"]
+    ckpt["model"] = {k: x[:n].clone() if x.dim() and x.shape[0] == v else x for k, x in ckpt["model"].items()}
+    ckpt["config"]["vocab_size"] = n
+    torch.save(ckpt, t / "cut.pt")
+    return t / "cut.pt"
+
+
 def classifier(t):
     """A DiffEqFormer classifier."""
     return checkpoint(t, "diffeqformer", diffeqformer.Model(diffeqformer.Config(
@@ -249,6 +259,12 @@ CASES = [
                                                           v, "--out", t / "a"],
       f"--position {v}: --text gives 5 tokens, so allowed is -5 to 4" if v in ("5", "-6") else "--position")
       for v in ("5", "-6", "99999", "x")],
+    (A, "activation of a checkpoint with fewer ids than its task", lambda w, t: [
+        "activation", "--ckpt", vocab_cut(w.lm, t, 10), "--out", t / "a"],
+     "has 18 ids but the checkpoint's model reads 10: its data changed since training, or the checkpoint is another"),
+    (A, "lyapunov --text with a byte past the model's ids", lambda w, t: [
+        "lyapunov", "--ckpt", vocab_cut(w.deq, t, 100), "--text", "to be", "--out", t / "a"],
+     "--text: 't' is id 116, past the model's 100 ids: the run's data changed since training"),
     *[(A, f"lyapunov --k {v}", lambda w, t, v=v: ["lyapunov", "--ckpt", w.deq, "--k", v, "--out", t / "a"], "--k")
       for v in ("0", "-2", "x")],
     (A, "lyapunov --k above the width", lambda w, t: ["lyapunov", "--ckpt", w.deq, "--text", "to be", "--k",
@@ -652,12 +668,23 @@ def interrupted(argv, ready, after=0, cwd=ROOT, sig=signal.SIGINT):
     return p.returncode, seen + out, err
 
 
-def test_ctrl_c_while_a_task_is_prepared_is_one_line_and_leaves_no_cache(tmp_path):
-    """The LRA recipe (a minute of work), interrupted while its process pool draws the trees."""
-    status, out, err = interrupted(["-m", "tasks.listops", "--cache_dir", tmp_path / "c"], "generating ListOps", 2)
-    assert status == 130 and err.strip().startswith("interrupted") and len(err.strip().splitlines()) == 1, err
-    assert "Traceback" not in err
-    assert not [p for p in (tmp_path / "c").rglob("*") if p.is_file()]       # nothing half-written kept
+@pytest.mark.parametrize("sig,status,said", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
+                                             (signal.SIGTERM, 143, "stopped (SIGTERM)")])
+def test_ctrl_c_or_kill_while_a_task_is_prepared_is_one_line_and_leaves_nothing(sig, status, said, tmp_path,
+                                                                               monkeypatch):
+    """The LRA recipe (a minute of work), stopped while its process pool draws the trees: one line, no worker of
+    the pool left running (each has the command's working folder), no file half-written kept."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    (tmp_path / "w").mkdir()
+    got, out, err = interrupted(["-m", "tasks.listops", "--cache_dir", tmp_path / "c"], "generating ListOps", 2,
+                                cwd=tmp_path / "w", sig=sig)
+    assert got == status and err.startswith(said) and err.strip().splitlines() == [err.strip()], err
+    for _ in range(100):
+        left = [pid for pid in filter(str.isdigit, os.listdir("/proc")) if cwd_of(pid) == str(tmp_path / "w")]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert left == [] and not [p for p in (tmp_path / "c").rglob("*") if p.is_file()]
 
 
 def cwd_of(pid):
