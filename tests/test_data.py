@@ -142,6 +142,8 @@ def test_text_chunks_tokenise_like_the_whole_text():
         buf += line
     careless.append(buf)
     assert [t for p in careless for t in enc.encode_ordinary(p)] != enc.encode_ordinary(text)
+    # a file's last line a lone space (no newline): never cut before it (what follows it is unknown)
+    assert list(lm.text_chunks(["ab\n", "cd\n", " "], size=1)) == ["ab\n", "cd\n "]
 
 
 # ----------------------------------------------------------------------------------------------
