@@ -429,7 +429,7 @@ def run_main(main, *errors):
         message = f"out of memory ({one_line(e, 100) if str(e) else 'MemoryError'}): ask for less (fewer or shorter " \
                   "sequences, a smaller model) or use a device with more memory"
     except (KeyboardInterrupt, Terminated) as e:
-        how = "interrupted (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else "stopped (SIGTERM)"
+        how = "interrupted (Ctrl-C)" if isinstance(e, KeyboardInterrupt) else "terminated (SIGTERM)"
         print(f"{how}: stopped at once; the files written before are as they were", file=sys.stderr)
         sys.exit(130 if isinstance(e, KeyboardInterrupt) else 143)
     print(f"error: {message}", file=sys.stderr)

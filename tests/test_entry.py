@@ -669,7 +669,7 @@ def interrupted(argv, ready, after=0, cwd=ROOT, sig=signal.SIGINT):
 
 
 @pytest.mark.parametrize("sig,status,said", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
-                                             (signal.SIGTERM, 143, "stopped (SIGTERM)")])
+                                             (signal.SIGTERM, 143, "terminated (SIGTERM)")])
 def test_ctrl_c_or_kill_while_a_task_is_prepared_is_one_line_and_leaves_nothing(sig, status, said, tmp_path,
                                                                                monkeypatch):
     """The LRA recipe (a minute of work), stopped while its process pool draws the trees: one line, no worker of
