@@ -5,6 +5,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -414,3 +415,28 @@ def test_wall_split_cuts_each_commands_time_at_its_lines_and_log_hand_worked(mon
     for r in records:
         assert r["wall"] == 4.5 and r["peak_rss_kb"] == 2048
         assert r["phases"] == pytest.approx(expected)
+
+
+def test_checkpointing_records_and_ratios(tmp_path):
+    """--checkpointing: each model's training step again with every block recomputed in the backward pass, on the
+    same weights (the same loss and gradients, to rounding), and its memory and time beside the plain step's."""
+    out = tmp_path / "ck"
+    bench.main(["--out", str(out), "--models", "transject,softmax", "--lengths", "16,32", "--repeats", "2",
+                "--inner", "1", "--n_layer", "2", "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--threads", "1",
+                "--checkpointing", "--device", "cpu"])
+    records = json.loads((out / "speed.json").read_text())
+    ck = [r for r in records if r.get("config") == "checkpointing"]
+    assert sorted((r["model"], r["length"], r["mode"]) for r in ck) == \
+        [(m, L, "train") for m in ("softmax", "transject") for L in (16, 32)]
+    assert all(0 <= r["loss_diff"] < 1e-5 and 0 <= r["grad_diff"] < 1e-5 and r["ms"] > 0 for r in ck)
+    ratios = {r["what"].split(" (")[0] + f" {r['length']}": r for r in
+              json.loads((out / "speed_summary.json").read_text())["ratios"] if "checkpointing" in r["what"]}
+    assert len(ratios) == 8
+    for r in ck:
+        a = bench.find(records, r["model"], r["length"], "train")
+        memory = ratios[f"{r['model']} checkpointing / plain training step, peak memory {r['length']}"]
+        time = ratios[f"{r['model']} checkpointing / plain training step, time {r['length']}"]
+        assert memory["ratio"] == pytest.approx(r["peak_mem_mb"] / a["peak_mem_mb"])
+        assert f"({r['peak_mem_mb']:.0f} / {a['peak_mem_mb']:.0f} MiB)" in memory["what"]
+        assert time["ratio"] == pytest.approx(statistics.median(x / y for x, y in zip(r["ms_all"], a["ms_all"])))
+        assert f"(loss difference {r['loss_diff']:.1e}, largest gradient difference {r['grad_diff']:.1e})" in time["what"]

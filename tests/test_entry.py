@@ -379,6 +379,8 @@ CASES = [
      "--bert_dir: no row of transfer reads a BERT folder"),
     (E, "--report_only with an unknown row", lambda w, t: ["transfer", "--report_only", "--rows", "nothing"],
      "--rows nothing: no row of transfer"),
+    (E, "--rows with no name", lambda w, t: ["transfer", "--report_only", "--rows", " , "],
+     "--rows needs NAME,... (python experiments.py --list TABLE names the rows)"),
     (E, "--list with --jobs", lambda w, t: ["--list", "--jobs", "2"], "--jobs: --list prints, runs nothing"),
     (E, "--list TABLE with --rows", lambda w, t: ["--list", "transfer", "--rows", "x"], "--rows: --list prints"),
     (E, "--list of one table and another", lambda w, t: ["--list", "transfer", "ptb"], "give one table"),

@@ -263,3 +263,33 @@ def test_deq_grid_table_by_hand(monkeypatch):
     assert "| Euler steps | 4 | 8 | 16 | 64 | 256 | 1,024 |" in text and "seeds 7, 8" in text
     assert "| relative distance to the flow at t = 1 | " + " | ".join(cells) + " |" in text
     assert [m for _, m in calls] == (["rk4"] + ["euler"] * 6) * 2
+
+
+def test_list_of_a_computed_table_says_it_runs_here(capsys):
+    lines = listed(capsys, "deq-grid")
+    assert lines[0].startswith("deq-grid: DiffEqFormer's Euler grid")
+    assert lines[-1] == "  (computed in this process: python experiments.py deq-grid)" and "rows" not in lines[1]
+
+
+def test_the_baselines_by_hand(monkeypatch):
+    """The majority class (the most frequent training label, scored on val and test) and the ListOps rules' rows,
+    each number in its row and column: a stand-in task whose labels are counted by hand."""
+    import types
+    labels = {"train": [2, 1, 2, 0, 2], "val": [2, 1, 2, 2], "test": [0, 1, 1, 1, 2]}
+    task = types.SimpleNamespace(split=lambda s: types.SimpleNamespace(labels=labels[s], name=s), block_size=8)
+    assert experiments.majority_baseline(task, None) == [("majority class", 0.75, 0.2)]
+    got = {}
+
+    def baselines(train, val, test, heldout):
+        got.update(train=train.name, val=val.name, test=test.name, heldout=heldout)
+        return {s: {k: i + 0.1 * j for j, k in enumerate(("majority", "top_operator", "top_digits"))}
+                for i, s in enumerate(("val", "test", "heldout"))}
+    monkeypatch.setattr(experiments.tasks.listops_rules, "listops_baselines", baselines)
+    monkeypatch.setattr(experiments.tasks.listops, "listops_split", lambda path, _, L: (os.path.basename(path), L))
+    rows = experiments.listops_rules(task, None)
+    assert got == {"train": "train", "val": "val", "test": "test", "heldout": ("basic_test.tsv", 8)}
+    assert rows == [("majority class", 0.0, 1.0), ("top-level operator rule", 0.1, 1.1),
+                    ("top-level digits rule (subtrees unknown)", 0.2, 1.2),
+                    ("majority class, on the held-out trees", None, 2.0),
+                    ("top-level operator rule, on the held-out trees", None, 2.1),
+                    ("top-level digits rule (subtrees unknown), on the held-out trees", None, 2.2)]

@@ -346,3 +346,15 @@ def test_a_classifiers_field_on_a_language_model_is_refused(tmp_path, monkeypatc
     with pytest.raises(train.UsageError) as e:
         run(*common, "--init_from", tmp_path / "lm" / "ckpt.pt", "--learned_cls", "false", "--out_dir", tmp_path / "b")
     one_line(e, "--learned_cls False: it acts only with a classifier's CLS token, and this model is a language model")
+
+
+@pytest.mark.parametrize("flags, shown", [
+    (["--model", "transject", "--transfer_from", "{ckpt}"],
+     "--transfer_from copies a SimpleTRON's attention into --model softmax, not transject"),
+    (["--model", "softmax", "--transfer_from", "{missing}"], "--transfer_from {missing} "),
+])
+def test_a_transfer_into_another_model_or_from_no_file_is_refused(flags, shown, done, tmp_path, no_data):
+    names = {"ckpt": done / "ckpt.pt", "missing": tmp_path / "none.pt"}
+    with pytest.raises(config.UsageError) as e:
+        run(*[f.format(**names) for f in flags], "--out_dir", tmp_path / "o")
+    one_line(e, shown.format(**names))
