@@ -293,3 +293,11 @@ def test_the_baselines_by_hand(monkeypatch):
                     ("majority class, on the held-out trees", None, 2.0),
                     ("top-level operator rule, on the held-out trees", None, 2.1),
                     ("top-level digits rule (subtrees unknown), on the held-out trees", None, 2.2)]
+
+
+def test_a_rows_folder_name_by_hand():
+    """A row's folder (slug): lower case, each run of other characters one dash, none at the ends, at most 40
+    characters (the folders of runs already made keep their names)."""
+    assert experiments.slug("  GPT (softmax), pre-LN: 2 layers!") == "gpt-softmax-pre-ln-2-layers"
+    assert experiments.slug("x" * 39 + "yz") == "x" * 39 + "y"
+    assert max(len(experiments.slug(r.name)) for t in experiments.TABLES.values() for r in t.rows) == 40
