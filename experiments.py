@@ -686,9 +686,8 @@ def run_all(cmds, jobs):
     todo = [(d, a) for d, a in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]
     todo.sort(key=lambda c: "--init_from" in c[1])         # evaluations last: none holds a slot while its run trains
     env = dict(os.environ, OMP_NUM_THREADS=str(max(1, (os.cpu_count() or 2) // jobs)))
-    running, killed = [], []                                 # (out_dir, process); SIGTERM received
-    signal.signal(signal.SIGTERM, lambda *_: (killed.append(1), signal.default_int_handler(*_)))  # kill, timeout:
-    try:                                                     # as Ctrl-C, no run left training alone
+    running = []                                             # (out_dir, process)
+    try:                                                     # (kill, timeout: data.Terminated, as Ctrl-C)
         for i, (d, a) in enumerate(todo):
             argv = shlex.split(a)
             resume = os.path.isfile(os.path.join(d, "ckpt.pt"))     # a run stopped before its end: continued
@@ -704,13 +703,13 @@ def run_all(cmds, jobs):
             print(f"[{i + 1}/{len(todo)}] python train.py {a}{' --resume' * resume}", flush=True)
         while running:
             running = reap(running)
-    except KeyboardInterrupt:                                # Ctrl-C (each run has its own session): every run
+    except (KeyboardInterrupt, data.Terminated) as e:        # Ctrl-C (each run has its own session): every run
         for _, p in running:                                 # stops at its next step, as train.py does on its own
             if p.poll() is None:                             # Ctrl-C, and keeps its checkpoint: the same command
                 os.killpg(p.pid, signal.SIGINT)
-        for _, p in running:                                 # continues the table
+        for _, p in running:                                 # continues the table; no run left training alone
             p.wait()
-        if killed:
+        if isinstance(e, data.Terminated):
             sys.exit("stopped (SIGTERM): each run kept its checkpoint; the same command continues the table")
         raise
     if failed := [d for d, _ in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]:

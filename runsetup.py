@@ -67,13 +67,12 @@ def check_run_record(ckpt, out_dir):
         check_config(ckpt["model_name"], ckpt["config"])
     except UsageError as e:
         raise UsageError(f"{out_dir}/ckpt.pt: {e}") from None
-    finite = data.finite
-    number = lambda v: finite(v) and v >= 0
+    number = lambda v: data.finite(v) and v >= 0
     best = ckpt.get("best")
     fine = {"iter": lambda v: type(v) is int and (not isinstance(ckpt["args"].get("max_iters"), int)
                                                   or v <= ckpt["args"]["max_iters"]),
             "time": number, "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 2**16,
-            "gate_start": lambda v: isinstance(v, dict) and all(map(finite, v.values())),
+            "gate_start": lambda v: isinstance(v, dict) and all(map(data.finite, v.values())),
             "best": lambda v: v is None or isinstance(v, dict) and isinstance(v.get("step"), int)
             and 0 <= v["step"] <= ckpt["iter"] and len(v) == 2 and number(v.get("val_loss", v.get("val_acc")))}
     bad = next((k for k, test in fine.items() if k in ckpt and not test(ckpt[k])), None)
