@@ -255,8 +255,9 @@ def check_sizes(args, device, models, lengths):
     free = (torch.cuda.mem_get_info(device)[0] if kind == "cuda" else
             rss_mb("MemAvailable", "/proc/meminfo") * 2 ** 20 if kind == "cpu" else math.nan)
     runs = (args.repeats + 3) * (1 if args.infer_only else 2)   # timed, warm-up, FLOP count, peak memory
-    matmul_rate(device, args.dtype, "wall", n=1024, count=1)   # warm-up
-    seconds, rate = 0.0, matmul_rate(device, args.dtype, "wall", n=1024, count=4)
+    side = min(1024, matmul_size(device, args.dtype))
+    matmul_rate(device, args.dtype, "wall", n=side, count=1)   # warm-up
+    seconds, rate = 0.0, matmul_rate(device, args.dtype, "wall", n=side, count=4)
     for m in models:
         (f1, m1), (f2, m2), (f4, m4) = (training_cost(m, n, args, device) for n in (128, 256, 512))
         flops, memory = quadratic(128, f1, f2, f4), quadratic(128, m1, m2, m4)
@@ -268,7 +269,7 @@ def check_sizes(args, device, models, lengths):
                              f"training step there needs about {need / 2 ** 30:,.0f} GiB and {free / 2 ** 30:,.0f} GiB "
                              f"are free here: use lengths up to about {fits[-1] if fits else 0:,} (or a smaller "
                              "--batch or model)")
-    seconds += args.repeats * 2 * matmul_size(device) ** 3 * 20 / rate     # each round's matmul_rate (20 products)
+    seconds += args.repeats * 2 * matmul_size(device, args.dtype) ** 3 * 20 / rate     # each round's matmul_rate (20 products)
     if seconds > 60 * args.max_minutes:
         raise UsageError(f"this benchmark would take about {seconds / 60:,.{0 if seconds >= 60 else 2}f} minutes here "
                          f"(--max_minutes {args.max_minutes:g}): use shorter --lengths, fewer --models or --repeats")
@@ -294,9 +295,9 @@ def time_configs(configs, args, device):
     return times, rates
 
 
-def matmul_summary(rates, device):
+def matmul_summary(rates, device, dtype):
     """The matmul rate of a run: the median of its measurements, each measurement, the products' side."""
-    return {"flops_per_s": statistics.median(rates), "all": rates, "n": matmul_size(device)} if rates else None
+    return {"flops_per_s": statistics.median(rates), "all": rates, "n": matmul_size(device, dtype)} if rates else None
 
 
 def speed_records(configs, times, device):
@@ -403,7 +404,7 @@ def run(args, device, models, lengths, nano):
           f"{args.repeats} interleaved rounds", flush=True)
     times, rates = time_configs(configs, args, device)
     records = speed_records(configs, times, device)
-    args.matmul = matmul_summary(rates, device)
+    args.matmul = matmul_summary(rates, device, args.dtype)
     flop_shares(records, args.matmul, args.peak)
     ratios = speed_ratios(records, models, lengths, args.infer_only)
     gen_records, gen_ratios = (speed_generate(args, device, [m for m in models if m in MODELS]) if args.generate
@@ -471,7 +472,7 @@ def compile_records(args, device, models, lengths):
                         "speedup": float(np.median(np.array(ts[0]) / np.array(ts[1]))), "compile_s": compile_s,
                         "break_even": 1000 * compile_s / (eager_ms - compiled_ms) if eager_ms > compiled_ms else None})
         torch._dynamo.reset()                                # the next model compiles afresh
-    args.matmul = matmul_summary(rates, device)
+    args.matmul = matmul_summary(rates, device, args.dtype)
     return records
 
 
@@ -581,7 +582,7 @@ def loop_records(args, device):
                         "bare_ms": 1000 * statistics.median(bare_s) / n, "bare_s_all": bare_s,
                         "start_s": statistics.median(start_s), "skipped": skip,
                         "ratio": float(np.median(np.array(bare_s) / np.array(loop_s)))})
-    args.matmul = matmul_summary(rates, device)
+    args.matmul = matmul_summary(rates, device, args.dtype)
     return records
 
 

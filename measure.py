@@ -141,15 +141,19 @@ def step_cost(step, weights=()):
         n for ptr, n in kept.items() if ptr not in own)
 
 
-def matmul_size(device):
-    """The side of matmul_rate's products: 2048 on a CPU, 8192 on a GPU (a 2048 product takes it microseconds)."""
-    return 2048 if torch.device(device).type == "cpu" else 8192
+def matmul_size(device, dtype=torch.float32):
+    """The side of matmul_rate's products: 8192 on a GPU (a 2048 product takes it microseconds); on a CPU 2048 in
+    float32, 512 in a half type (a CPU without bfloat16 units emulates it: 1.3 GFLOP/s measured on an AMD EPYC
+    Zen 3, 25x slower than float32, where 20 products of 2048 took 4 minutes)."""
+    if torch.device(device).type != "cpu":
+        return 8192
+    return 2048 if dtype in (torch.float32, torch.float64) else 512
 
 
 def matmul_rate(device, dtype, clock, n=None, count=20):
     """The machine's sustained matrix-product rate, FLOP/s: `count` back-to-back n x n products (2 n^3 each; n:
     matmul_size) in `dtype`, on the clock the models are timed with."""
-    n = n or matmul_size(device)
+    n = n or matmul_size(device, dtype)
     a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))   # (what they hold does not matter)
     out = torch.empty_like(a)
 

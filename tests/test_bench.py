@@ -105,6 +105,10 @@ def test_matmul_rate_and_the_cards_peak():
     assert measure.peak_flops("NVIDIA H200") == 989e12
     assert measure.peak_flops("NVIDIA L40S") == 362e12 and measure.peak_flops("NVIDIA L4") == 121e12
     assert measure.peak_flops("Quadro K600") is None
+    # the products' side: a half type on a CPU is emulated where it has no bfloat16 units (25x slower: 512, not 2048)
+    assert [measure.matmul_size("cpu", t) for t in (torch.float32, torch.float64, torch.bfloat16, torch.float16)] == \
+        [2048, 2048, 512, 512]
+    assert measure.matmul_size("cuda", torch.bfloat16) == measure.matmul_size("cuda:1", torch.float32) == 8192
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/clear_refs"), reason="needs Linux /proc")
