@@ -19,11 +19,10 @@ from config import (MOOT_WITH_FILES, TASK_FLAGS, MODELS, UsageError, build_model
 
 def settings(argv, description=None):
     """The run's flags and its model's settings, every one checked before any data is read: the flags given > a
-    resumed run's > the --init_from checkpoint's > the preset > the defaults. Returns (args, batch_given, the
+    resumed run's > the --init_from checkpoint's > the preset > the defaults. Returns (args, the flags typed, the
     --init_from checkpoint, the --resume checkpoint, BERT's weights, the model's settings)."""
     args, given, config_names = parse_args(argv, description)
     typed = set(given)                                       # on the command line (a checkpoint's fill the rest)
-    batch_given = "batch_size" in typed
     ckpt = resume_state(args, given)                         # --resume: the run's own flags
     source = None if ckpt else inherit_from(args, given)     # --init_from: its model, its task unless given
     pretrained = None
@@ -56,7 +55,7 @@ def settings(argv, description=None):
         check_head_fields(typed, config_dict, head, "this model is " + ("a language model" if head == "lm" else
                                                                        f"a classifier (head {head})"))
     check_size(args, args.model, config_dict)                # and those that cannot fit in memory
-    return args, batch_given, source, ckpt, pretrained, config_dict
+    return args, typed, source, ckpt, pretrained, config_dict
 
 
 def check_run_record(ckpt, out_dir):
@@ -182,6 +181,20 @@ def check_head_fields(names, config_dict, head, what):
     """One line for the first of `names` that is a field of another kind of head than `head` (`what` says whose)."""
     if k := next((k for k in names if k in HEAD_FIELDS and head not in HEAD_FIELDS[k][0]), None):
         raise UsageError(f"--{k} {config_dict[k]}: it acts only with {HEAD_FIELDS[k][1]}, and {what}; leave it out")
+
+
+def check_prefixes(args, typed, task, block_size):
+    """The sequence-length warm-up typed (--short_steps, --short_len), once the task is known: one that would shorten
+    no step is refused (a language model's steps take its whole block; a prefix as long as the block is the block)."""
+    if args.short_steps == 0 or not typed & {"short_steps", "short_len"}:
+        return                                               # (a preset's warm-up on a short block: nothing to do)
+    if task.kind == "lm":
+        raise UsageError(f"--short_steps {args.short_steps}: task {args.task} is a language model, each of whose "
+                         "steps takes its whole block; the warm-up on prefixes is for classifiers: leave it out")
+    if args.short_len >= block_size:
+        raise UsageError(f"--short_len {args.short_len}: the model's block is {block_size} tokens, so no step of "
+                         f"--short_steps {args.short_steps} would be shortened: give a --short_len under "
+                         f"{block_size}, or leave out --short_steps")
 
 
 def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):

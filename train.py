@@ -51,7 +51,7 @@ import simpletron  # noqa: E402
 from config import TASK_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint, machine  # noqa: E402
 from ddp import Distributed, build_every_split, step_seed, training_model  # noqa: E402
 from measure import keep_freed_memory  # noqa: E402
-from runsetup import (build_run_model, fit_to_task, load_weights, precision, rescale_batch,  # noqa: E402
+from runsetup import (build_run_model, check_prefixes, fit_to_task, load_weights, precision, rescale_batch,  # noqa: E402
                       restore_optimizer, settings)
 
 keep_freed_memory()             # a step's tensors reuse the last step's memory, not pages faulted in afresh
@@ -495,9 +495,9 @@ def main(argv=None):
     if "RANK" in os.environ and not (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT", "").isdigit()):
         raise UsageError("RANK is set but MASTER_ADDR or MASTER_PORT (a port number) is not: torchrun sets all "
                          "three; unset RANK and WORLD_SIZE, or start the run with torchrun")
-    args, batch_given, source, ckpt, pretrained, config_dict = settings(sys.argv[1:] if argv is None else argv, __doc__)
+    args, typed, source, ckpt, pretrained, config_dict = settings(sys.argv[1:] if argv is None else argv, __doc__)
     dist = Distributed(args.device)                          # torchrun's processes, or this one alone
-    if ckpt is not None and ckpt.get("world_size", 1) != dist.world and not batch_given:
+    if ckpt is not None and ckpt.get("world_size", 1) != dist.world and "batch_size" not in typed:
         rescale_batch(ckpt, dist, args)                      # resumed on another number of processes
     folder = dist.rank0_first(lambda: rundir.RunDir(args, dist.master))  # one train.py a folder, before any data
     try:
@@ -505,6 +505,7 @@ def main(argv=None):
         torch.manual_seed(args.seed)
         task = dist.rank0_first(lambda: open_task(args, config_dict, dist))  # rank 0 first, the others read its cache
         config_dict = fit_to_task(config_dict, task, args.task, source is not None or ckpt is not None, pretrained)
+        check_prefixes(args, typed, task, config_dict["block_size"])
         model = build_run_model(args, config_dict, source, ckpt, pretrained).to(args.device)
         print(model_line(args, dist, model) + f", {dtype} autocast" * (dtype != "float32"), flush=True)
         if args.time_limit is not None:

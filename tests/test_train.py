@@ -679,6 +679,24 @@ def test_the_first_short_steps_train_on_prefixes(lra, tmp_path, monkeypatch):
     assert min(lengths[2:]) > 5                              # then whole trees (a batch as long as its longest)
 
 
+def test_a_warm_up_typed_that_would_shorten_no_step_is_refused_before_any_step(lra, tmp_path):
+    (tmp_path / "txt").mkdir()
+    (tmp_path / "txt" / "a.txt").write_text("to be or not to be, that is the question\n" * 20, encoding="utf-8")
+    lm = ["--task", "textfile", "--data_dir", tmp_path / "txt", "--tokenizer", "byte", "--block_size", "8", *TINY,
+          "--max_iters", "2", "--out_dir", tmp_path / "lm"]
+    with pytest.raises(config.UsageError, match=r"^--short_steps 3: task textfile is a language model, each of"):
+        run(*lm, "--short_steps", "3")                           # a language model's steps take the whole block
+    cls = ["--data_dir", lra, *TINY, "--max_iters", "2", "--short_steps", "1", "--out_dir", tmp_path / "cls"]
+    block = train.settings([str(a) for a in cls])[-1].get("block_size") or data.load_task(
+        "listops", data_dir=str(lra)).block_size
+    with pytest.raises(config.UsageError, match=rf"^--short_len {block}: the model's block is {block} tokens, so no "):
+        run(*cls, "--short_len", block)                          # a prefix as long as the block: the block
+    for out in ("lm", "cls"):
+        assert not (tmp_path / out / "log.jsonl").exists()   # refused before any step
+    run(*cls, "--short_len", block - 1, "--eval_interval", "2")  # one token shorter: trains
+    assert (tmp_path / "cls" / "log.jsonl").exists()
+
+
 def test_evaluating_batches_of_many_lengths_does_not_keep_memory_per_length():
     """oneDNN keeps a compiled kernel for every tensor shape it meets (GELU's here) and, through them, pins the
     freed memory around it; batches padded to their longest example come in hundreds of lengths, which took
