@@ -270,9 +270,12 @@ def check_sizes(args, device, models, lengths):
                              f"are free here: use lengths up to about {fits[-1] if fits else 0:,} (or a smaller "
                              "--batch or model)")
     seconds += args.repeats * 2 * matmul_size(device, args.dtype) ** 3 * 20 / rate     # each round's matmul_rate (20 products)
+    # --generate's decode steps: >= 0.1 ms a layer each (~20 operations at >= 5 us; 0.5 ms measured, 1 thread)
+    seconds += (args.repeats + 1) * len(contexts) * len(models) * args.new_tokens * 1e-4 * args.n_layer
     if seconds > 60 * args.max_minutes:
         raise UsageError(f"this benchmark would take about {seconds / 60:,.{0 if seconds >= 60 else 2}f} minutes here "
-                         f"(--max_minutes {args.max_minutes:g}): use shorter --lengths, fewer --models or --repeats")
+                         f"(--max_minutes {args.max_minutes:g}): use shorter --lengths, fewer --models or --repeats"
+                         + " or --new_tokens" * bool(contexts))
 
 
 def time_configs(configs, args, device):
@@ -962,6 +965,8 @@ def read_lists(args, device):
         raise UsageError("--generate needs --contexts of at least 1 token and --new_tokens of at least 1")
     if args.generate and args.head != "lm":
         raise UsageError(f"--generate times language models, not --head {args.head}: time it in a command of its own")
+    if args.compile and (alone := [m for m in models if m in ATTENTION]):
+        raise UsageError(f"--compile times whole models; --models names {alone[0]}, an attention alone: leave it out")
     if args.generate and not set(models) & set(MODELS):
         raise UsageError(f"--generate times whole models ({', '.join(MODELS)}), and --models names none")
     nano = load_nanogpt(args.nanogpt) if args.nanogpt else None

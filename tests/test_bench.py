@@ -166,6 +166,8 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
     (["--checkpointing", "--generate", "--lengths", ""], "--checkpointing: it acts only with training steps at"),
     (["--infer_only", "--inner", "5"], "--inner 5: it acts only with nanoGPT's configuration's training step"),
     (["--contexts", "8"], "--contexts 8: it acts only with --generate; leave it out"),        # was dropped
+    (["--compile", "--models", "softmax,causal_simple_attention"], "--compile times whole models; --models names "
+                                                                 "causal_simple_attention, an attention alone"),
     (["--loop", "--max_minutes", "1"], "--max_minutes 1.0: it acts only with the benchmarks it estimates, not --loop"),
     (["--inner", str(10**9)], "--inner 1000000000: allowed is an integer from 1 to 1,000"),
     *[(["--models", models, flag, *value], f"{flag}{' ' * bool(value)}{''.join(value)}: it acts only with {what}, "
@@ -216,6 +218,18 @@ def test_sizes_limit_names_the_longest_length_that_fits(monkeypatch):
     with pytest.raises(bench.UsageError) as e:
         bench.check_sizes(args, "cpu", models, [4096, 6000])
     assert "--lengths 6,000" in str(e.value) and "use lengths up to about 4,096" in str(e.value)
+
+
+def test_generations_decode_steps_count_in_the_estimate_at_their_floor(monkeypatch, tmp_path):
+    """--generate --new_tokens N: each round's N decode steps a context and model, at >= 0.1 ms a layer; the rest
+    made free (an infinite matmul rate): (1 round + warm-up) x 2 contexts x 2 models x 10,000 x 3 layers x 0.1 ms."""
+    monkeypatch.setattr(bench, "matmul_rate", lambda *a, **k: math.inf)
+    with pytest.raises(bench.UsageError) as e:
+        bench.main(["--generate", "--lengths", "", "--contexts", "4,8", "--models", "simpletron,softmax", "--n_layer",
+                    "3", "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--repeats", "1", "--new_tokens",
+                    "10000", "--max_minutes", "0.39", "--out", str(tmp_path / "out")])
+    assert str(e.value).startswith("this benchmark would take about 0.40 minutes here (--max_minutes 0.39): ")
+    assert str(e.value).endswith(" or --new_tokens") and not (tmp_path / "out").exists()
 
 
 def test_crossover_between_the_lengths_measured():
