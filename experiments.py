@@ -664,18 +664,19 @@ def commands(name, table, seeds, data_dir, bert_dir=None):
     return out
 
 
-def check_data(cmds):
-    """Check every run still to do with train.py's own code before any starts (its flags, the first one's data):
-    bad input is one line, not runs failing in turn. A run from a checkpoint not yet there is left to itself."""
+def check_data(cmds, prepare=None):
+    """Every run still to do checked by train.py's own code before any starts (its flags, the table's own data made,
+    the first run's data): bad input is one line, not runs failing in turn. A run from a checkpoint is left alone."""
     todo = [a for d, a in cmds if not {"--init_from", "--transfer_from"} & set(shlex.split(a))
             and not os.path.isfile(f"{d}/metrics.json")]
     here = os.getcwd()
     try:
         os.chdir(ROOT)                                       # where the runs start
-        for i, a in enumerate(todo):
-            args, _, _, _, _, config_dict = runsetup.settings(shlex.split(a))
-            if i == 0:
-                train.open_task(args, config_dict, types.SimpleNamespace(on=False))
+        first = [runsetup.settings(shlex.split(a)) for a in todo][:1]
+        if prepare is not None:
+            prepare()
+        for args, _, _, _, _, config_dict in first:
+            train.open_task(args, config_dict, types.SimpleNamespace(on=False))
     finally:
         os.chdir(here)
 
@@ -920,6 +921,8 @@ def check(a):
                  ("--report_only runs nothing", {"--jobs"}) if a.report_only else ("", set()))
     if set(typed) & moot:
         raise UsageError(f"{next(f for f in typed if f in moot)}: {why}; leave it out")
+    if a.list and not name and (dirs := [f for f in typed if f in ("--data_dir", "--bert_dir")]):
+        raise UsageError(f"{dirs[0]}: --list without a table prints no command; leave it out")
     if a.list:
         return [int(s) for s in seeds], None
     for flag in ("data_dir", "bert_dir"):
@@ -982,10 +985,8 @@ def run_table(a):
         write_block(a.table, text := table.compute(seeds))
         return print(text)
     cmds = commands(a.table, table, seeds, a.data_dir, a.bert_dir)
-    if table.prepare is not None:
-        table.prepare()
     if not a.report_only:
-        check_data(cmds)
+        check_data(cmds, table.prepare)
         run_all(cmds, a.jobs or 1)
     baselines = [] if table.baselines is None else table.baselines(*task_of(run_dir(a.table, table.rows[0], seeds[0])))
     text = table.report(a.table, table, seeds) if table.report else render(a.table, table, seeds, a.data_dir, baselines)

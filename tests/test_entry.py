@@ -384,6 +384,10 @@ CASES = [
     (E, "--list with --jobs", lambda w, t: ["--list", "--jobs", "2"], "--jobs: --list prints, runs nothing"),
     (E, "--list TABLE with --rows", lambda w, t: ["--list", "transfer", "--rows", "x"], "--rows: --list prints"),
     (E, "--list of one table and another", lambda w, t: ["--list", "transfer", "ptb"], "give one table"),
+    (E, "--list of no table with --data_dir", lambda w, t: ["--list", "--data_dir", w.dir],
+     "--data_dir: --list without a table prints no command"),            # (was dropped)
+    (E, "a table that makes held-out trees, with --data_dir", lambda w, t: ["listops-small", "--data_dir", w.dir],
+     "it sets the generated listops examples"),                          # (refused after the trees were made)
     (E, "a computed table with --data_dir", lambda w, t: ["deq-grid", "--data_dir", w.dir],
      "--data_dir: table deq-grid is computed here, with no runs"),
     (E, "--report_only with --jobs", lambda w, t: ["transfer", "--report_only", "--jobs", "2"],
