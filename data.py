@@ -409,6 +409,21 @@ def terminate(signum, frame):
     raise Terminated
 
 
+def worker_pool(processes):
+    """A pool of `processes` spawned workers that ignore Ctrl-C: a terminal sends it to the whole process group, and
+    a worker caught while it imports would print a traceback; the program stops them itself. (Ignored when they
+    start: a Python started so keeps ignoring it.)"""
+    import multiprocessing
+    import threading
+    main = threading.current_thread() is threading.main_thread()   # (signal handlers: the main thread's alone)
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        return multiprocessing.get_context("spawn").Pool(processes)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, handler)
+
+
 def run_main(main, *errors):
     """A program's main() (sample.py, analyze.py, bench.py, experiments.py, python -m tasks.X) under train.py's rule:
     bad input (a DataError or one of `errors`) or an OS error on a file or folder it reads or writes is one line on

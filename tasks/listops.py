@@ -14,14 +14,13 @@ python -m tasks.listops --tsv also writes), memory-mapped when read.
 import contextlib
 import hashlib
 import math
-import multiprocessing
 import os
 import random
 from dataclasses import dataclass
 
 import numpy as np
 
-from data import DataError, Task, cached_dir, cls_task, prepare_main, release, save_arrays, task
+from data import DataError, Task, cached_dir, cls_task, prepare_main, release, save_arrays, task, worker_pool
 from tasks.listops_format import (LISTOPS_OPS, LISTOPS_VOCAB, listops_rows, listops_split, listops_tokens,
                                   write_listops_tsv)
 
@@ -182,7 +181,7 @@ def generate_listops(n, seed=0, min_len=500, max_len=2000, chunk=1000, depth=LIS
     seen, start = set(), 0
     with contextlib.ExitStack() as stack:
         if processes > 1 and n > chunk:                      # one chunk holds n distinct trees: no pool needed
-            pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(min(processes, per_round)))
+            pool = stack.enter_context(worker_pool(min(processes, per_round)))
             imap = pool.imap                                 # in order: deterministic
         else:
             imap = map

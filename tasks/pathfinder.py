@@ -21,13 +21,12 @@ Tokens are the 1,024 pixels (0-255) in row order, + 1 (token 0 is padding), voca
 
 import contextlib
 import glob
-import multiprocessing
 import os
 
 import numpy as np
 
 from data import (DataError, ShardedSplit, Task, cache_problem, cached_dir, cls_task, file_problem, one_line,
-                  prepare_main, reading, release, save_arrays, source_key, task)
+                  prepare_main, reading, release, save_arrays, source_key, task, worker_pool)
 
 
 PF_W = 64                                  # the canvas
@@ -280,7 +279,7 @@ def pathfinder_generated(folder, split, count):
               f"{max(1, round(n / 1000 / workers))} s ...", flush=True)
         with contextlib.ExitStack() as stack:
             if workers > 1:
-                pool = stack.enter_context(multiprocessing.get_context("spawn").Pool(workers))
+                pool = stack.enter_context(worker_pool(workers))
                 results = pool.imap(pathfinder_shard, jobs)
             else:
                 results = map(pathfinder_shard, jobs)

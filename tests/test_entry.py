@@ -658,32 +658,34 @@ def test_a_new_task_module_without_its_entry_says_what_to_add(tmp_path):
     assert p.returncode == 0 and p.stdout.startswith("zebra: train 100, val 100 tokens"), (p.stdout, p.stderr)
 
 
-def interrupted(argv, ready, after=0, cwd=ROOT, sig=signal.SIGINT):
-    """Start the command, send it SIGINT (or `sig`) `after` seconds after its stdout shows `ready`: (exit status,
-    stdout, stderr)."""
+def interrupted(argv, ready, after=0, cwd=ROOT, sig=signal.SIGINT, group=False):
+    """Start the command, send it SIGINT (or `sig`) `after` seconds after its stdout shows `ready` (group: to its
+    whole process group, as a terminal's Ctrl-C does): (exit status, stdout, stderr)."""
     p = subprocess.Popen([sys.executable, *map(str, argv)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True)
+                         text=True, start_new_session=group)
     seen = ""
     while ready not in seen:
         line = p.stdout.readline()
         assert line, (seen, p.stderr.read())
         seen += line
     time.sleep(after)
-    p.send_signal(sig)
+    os.killpg(p.pid, sig) if group else p.send_signal(sig)
     out, err = p.communicate(timeout=60)
     return p.returncode, seen + out, err
 
 
-@pytest.mark.parametrize("sig,status,said", [(signal.SIGINT, 130, "interrupted (Ctrl-C)"),
-                                             (signal.SIGTERM, 143, "terminated (SIGTERM)")])
-def test_ctrl_c_or_kill_while_a_task_is_prepared_is_one_line_and_leaves_nothing(sig, status, said, tmp_path,
+@pytest.mark.parametrize("sig,status,said,group", [(signal.SIGINT, 130, "interrupted (Ctrl-C)", False),
+                                                   (signal.SIGTERM, 143, "terminated (SIGTERM)", False),
+                                                   (signal.SIGINT, 130, "interrupted (Ctrl-C)", True)])
+def test_ctrl_c_or_kill_while_a_task_is_prepared_is_one_line_and_leaves_nothing(sig, status, said, group, tmp_path,
                                                                                monkeypatch):
     """The LRA recipe (a minute of work), stopped while its process pool draws the trees: one line, no worker of
-    the pool left running (each has the command's working folder), no file half-written kept."""
+    the pool left running (each has the command's working folder), no file half-written kept. A terminal's Ctrl-C
+    (group) reaches the workers too: they ignore it (they printed tracebacks), the program stops them."""
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     (tmp_path / "w").mkdir()
     got, out, err = interrupted(["-m", "tasks.listops", "--cache_dir", tmp_path / "c"], "generating ListOps", 2,
-                                cwd=tmp_path / "w", sig=sig)
+                                cwd=tmp_path / "w", sig=sig, group=group)
     assert got == status and err.startswith(said) and err.strip().splitlines() == [err.strip()], err
     for _ in range(100):
         left = [pid for pid in filter(str.isdigit, os.listdir("/proc")) if cwd_of(pid) == str(tmp_path / "w")]
