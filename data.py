@@ -475,10 +475,11 @@ def out_of_memory(e):
 
 
 def error_line(e):
-    """What a program that stops on the error `e` says: its message; for an OS error, the path and the reason."""
+    """What a program that stops on the error `e` says: its message; for an OS error, the path and the reason. One
+    line: a line break (in a path, say) is written \\n."""
     if isinstance(e, OSError):
-        return f"{e.filename or 'a file'}: {e.strerror or one_line(e, 150)}; check that path (and the free space)"
-    return str(e)
+        e = f"{e.filename or 'a file'}: {e.strerror or one_line(e, 150)}; check that path (and the free space)"
+    return str(e).replace("\r", "\\r").replace("\n", "\\n")
 
 
 def cache_dir_problem(path):

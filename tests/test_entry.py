@@ -145,6 +145,7 @@ CASES = [
     (S, "--ckpt without a value", lambda w, t: ["--ckpt"], "expected one argument"),
     (S, "an unknown flag", lambda w, t: ["--ckpt", w.lm, "--temprature", "1"], "unrecognized"),
     (S, "no checkpoint there", lambda w, t: ["--ckpt", t / "none.pt"], "no checkpoint at"),
+    (S, "a checkpoint path with line breaks", lambda w, t: ["--ckpt", t / "a\nb\r\nc.pt"], "a\\nb\\r\\nc.pt"),
     (S, "a folder as the checkpoint", lambda w, t: ["--ckpt", w.dir], "is a folder"),
     (S, "the run folder as the checkpoint", lambda w, t: ["--ckpt", w.lm.parent], "is a folder"),
     (S, "an empty checkpoint", lambda w, t: ["--ckpt", w.empty], "not a readable train.py checkpoint"),

@@ -455,7 +455,9 @@ def test_bad_input_gives_one_clear_line(lra, tmp_path, monkeypatch):
         with pytest.raises((train.UsageError, data.DataError)) as e:
             run(*argv)
         assert message in str(e.value) and "\n" not in str(e.value), (argv, str(e.value))
-    for argv in (("--lr", "fast"), ("--data_dir", bad, "--max_iters", "1")):   # the command line prints that line
+    odd = ("--init_from", tmp_path / "no\nsuch\r\nfile.pt")          # a path with line breaks: written \n, \r
+    cases[odd] = "no checkpoint at " + str(tmp_path / "no\\nsuch\\r\\nfile.pt")
+    for argv in (("--lr", "fast"), ("--data_dir", bad, "--max_iters", "1"), odd):   # the command line prints that line
         p = cli(*argv, cwd=tmp_path)
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 2 and len(lines) == 1, (argv, p.stderr)
