@@ -464,6 +464,12 @@ def bound_before(src, stmt):
 SIMPLE = (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)
 
 
+def help_order_only(a, b):
+    """Two add_argument calls: swapped, only --help's order changes (an equivalent mutant, never drawn)."""
+    return all(isinstance(s, ast.Expr) and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Attribute)
+               and s.value.func.attr == "add_argument" for s in (a, b))
+
+
 def swapped_statements(src, family, depends):
     """Two neighbouring simple statements of one block swapped, where depends(a, b) says the order matters (never
     where the swap reads a name before it is first bound: that is a NameError, not a bug)."""
@@ -479,7 +485,7 @@ def swapped_statements(src, family, depends):
                     continue
                 (ra, wa, ba), (rb, wb, _) = reads_writes(a), reads_writes(b)
                 unbound = {x for x in ba if any(r == x or r.startswith(x + ".") for r in rb)} - bound_before(src, a)
-                if depends(ra, wa, rb, wb) and not unbound and src.seg(a) != src.seg(b):
+                if depends(ra, wa, rb, wb) and not unbound and src.seg(a) != src.seg(b) and not help_order_only(a, b):
                     out.append(src.mutant(family, f"{family}: statements on lines {a.lineno} and {b.lineno} swapped",
                                           (a, src.seg(b)), (b, src.seg(a))))
     return out

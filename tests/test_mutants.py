@@ -139,6 +139,8 @@ def test_two_line_mutants_of_a_small_source():
     assert len(mutants.mutants(source, kinds=("two-line",))) == 7
     unbound = "def f(a):\n    b = a + 1\n    c = b * 2\n    return c\n"   # c = b * 2 first: a NameError, not drawn
     assert mutants.mutants(unbound, kinds=("two-line",)) == []
+    flags = "def f(p):\n    p.add_argument('--a')\n    p.add_argument('--b')\n    args = p.parse_args()\n    return args\n"
+    assert [(m["line"], m["end"]) for m in mutants.mutants(flags, kinds=("two-line",))] == [(3, 4)]   # not --help's order
 
 
 def test_cache_key_mutants_of_a_small_source():
