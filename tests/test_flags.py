@@ -104,6 +104,19 @@ def test_init_from_lays_the_config_flags_given_over_the_checkpoints(done, lra, t
     assert m["config"]["dropout"] == 0.3 and m["config"]["n_embd"] == 16
 
 
+def test_init_from_takes_the_checkpoints_task_unless_one_is_given(done, lra, tmp_path):
+    (tmp_path / "txt").mkdir()
+    (tmp_path / "txt" / "a.txt").write_text("a text of its own\n" * 200, encoding="utf-8")
+    args = runsetup.settings(["--init_from", str(done / "ckpt.pt"), "--out_dir", str(tmp_path / "a")])[0]
+    assert (args.task, args.data_dir) == ("listops", str(lra))       # the checkpoint's task, from its files
+    args = runsetup.settings(["--init_from", str(done / "ckpt.pt"), "--task", "textfile", "--tokenizer", "byte",
+                              "--data_dir", str(tmp_path / "txt"), "--out_dir", str(tmp_path / "b")])[0]
+    assert (args.task, args.data_dir) == ("textfile", str(tmp_path / "txt"))   # the task given wins
+    with pytest.raises(train.UsageError, match=r"the checkpoint's model has vocab_size=\d+ but task textfile needs"):
+        run("--init_from", done / "ckpt.pt", "--task", "textfile", "--tokenizer", "byte", "--data_dir",
+            tmp_path / "txt", "--cache_dir", tmp_path / "cache", "--out_dir", tmp_path / "c")   # its model must fit
+
+
 def test_init_from_with_a_shape_flag_says_which_flags_the_weights_do_not_fit(done, tmp_path):
     ckpt = done / "ckpt.pt"
     for flags, said in ((["--n_embd", "32"], "--n_embd 32: the weights of --init_from {} (n_embd 16) do not fit that "
