@@ -129,7 +129,7 @@ def prepare_args(module, argv, check_tokenizer=None):
     for flag, by_task in defaults.items():
         shown = {",".join(map(str, d)) if isinstance(d, tuple) else str(d) for d in by_task.values()}
         text = next((fn.help[flag] for fn in map(TASKS.get, by_task) if flag in fn.help), None) or "default: " + (
-            shown.pop() if len(shown) == 1 else ", ".join(f"{d} ({n})" for n, d in by_task.items()))
+            shown.pop() if len(shown) == 1 else ", ".join(f"{v} ({n})" for n, v in by_task.items()))
         d = next(iter(by_task.values()))
         if d is False:
             parser.add_argument(f"--{flag}", action="store_true", default=None, help=text)
