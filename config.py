@@ -51,6 +51,8 @@ class Parser(argparse.ArgumentParser):
     def _read_args_from_files(self, arg_strings):
         """argparse's @FILE reader; a file that is not UTF-8 text, has an unclosed quote or reads itself: one line."""
         for a in arg_strings:                                # a FIFO or a device would be waited on, not read
+            if a == "@":
+                self.error("@ without a file: @FILE reads the flags in FILE, e.g. @recipes/quickstart.txt")
             problem = a[:1] == "@" and data.file_problem(a[1:])
             if problem and problem != "does not exist":
                 self.error(f"{a}: {a[1:]} {problem}; a file of flags is UTF-8 text, read as a shell reads a line")

@@ -44,6 +44,8 @@ def test_a_missing_recipe_is_one_line(tmp_path):
     with pytest.raises(config.UsageError) as e:
         config.parse_args([f"@{tmp_path}/none.txt"])
     assert "none.txt" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(config.UsageError, match=r"^@ without a file: @FILE reads the flags in FILE, e.g. @recipes/"):
+        config.parse_args(["@"])                                 # (was the system's "No such file or directory: ''")
 
 
 def test_every_recipe_the_readme_names_exists():
