@@ -412,7 +412,8 @@ def terminate(signum, frame):
 def worker_pool(processes):
     """A pool of `processes` spawned workers that ignore Ctrl-C: a terminal sends it to the whole process group, and
     a worker caught while it imports would print a traceback; the program stops them itself. (Ignored when they
-    start: a Python started so keeps ignoring it.)"""
+    start: a Python started so keeps ignoring it. A Ctrl-C in the milliseconds the pool takes to start is lost:
+    press it again. Blocking it instead would not do: starting the workers clears a pending SIGINT.)"""
     import multiprocessing
     import threading
     main = threading.current_thread() is threading.main_thread()   # (signal handlers: the main thread's alone)

@@ -521,6 +521,7 @@ def main(argv=None):
 
 if __name__ == "__main__":
     rank = env_number("RANK")                                # torchrun: rank 0 prints, the others are quiet ...
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # (a script's background job starts ignoring it)
     data.escape_unshowable()
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else open(os.devnull, "w")):

@@ -573,6 +573,22 @@ def test_ctrl_c_stops_within_seconds_and_the_resumed_run_ends_as_an_uninterrupte
     assert [r["step"] for r in records(out) if r.get("resumed")] == [step]         # the resumption, in the log
 
 
+def test_ctrl_c_stops_train_py_started_with_it_ignored_while_its_data_is_prepared(tmp_path):
+    """A shell script's background job starts with SIGINT ignored: train.py takes Ctrl-C back (as every program
+    beside it does): one line and exit 130, here while the LRA recipe's trees are drawn."""
+    p = subprocess.Popen([sys.executable, os.path.join(ROOT, "train.py"), "--cache_dir", str(tmp_path / "c"),
+                          "--out_dir", str(tmp_path / "o")], cwd=tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    for line in p.stdout:
+        if line.startswith("generating ListOps"):
+            break
+    time.sleep(1)                                            # (the pool started: its workers ignore it anyway)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130 and err.split() == "interrupted: stopped at once; the files written before are as they " \
+        "were".split(), err
+
+
 def test_a_folder_that_cannot_be_made_or_locked_is_named_with_the_os_reason_alone(tmp_path, monkeypatch):
     (tmp_path / "file").write_text("")                      # --out_dir under a file: makedirs fails
     args = config.parse_args(["--out_dir", str(tmp_path / "file" / "o")])[0]
