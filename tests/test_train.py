@@ -697,6 +697,10 @@ def test_a_warm_up_typed_that_would_shorten_no_step_is_refused_before_any_step(l
         assert not (tmp_path / out / "log.jsonl").exists()   # refused before any step
     run(*cls, "--short_len", block - 1, "--eval_interval", "2")  # one token shorter: trains
     assert (tmp_path / "cls" / "log.jsonl").exists()
+    assert config.preset_for(config.PRESETS["cpu"], "simpletron", "listops")["short_len"] == 64
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--block_size", "64", "--out_dir",
+        tmp_path / "preset")
+    assert (tmp_path / "preset" / "log.jsonl").exists()      # the preset's own warm-up on a short block: left alone
 
 
 def test_evaluating_batches_of_many_lengths_does_not_keep_memory_per_length():
