@@ -54,6 +54,7 @@ import errno
 import hashlib
 import inspect
 import json
+import multiprocessing
 import os
 import pickle
 import re
@@ -62,6 +63,7 @@ import signal
 import stat
 import struct
 import sys
+import threading
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -414,15 +416,13 @@ def worker_pool(processes):
     a worker caught while it imports would print a traceback; the program stops them itself. (Ignored when they
     start: a Python started so keeps ignoring it. A Ctrl-C in the milliseconds the pool takes to start is lost:
     press it again. Blocking it instead would not do: starting the workers clears a pending SIGINT.)"""
-    import multiprocessing
-    import threading
-    main = threading.current_thread() is threading.main_thread()   # (signal handlers: the main thread's alone)
-    handler = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    if threading.current_thread() is not threading.main_thread():   # (signal handlers: the main thread's alone)
+        return multiprocessing.get_context("spawn").Pool(processes)
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         return multiprocessing.get_context("spawn").Pool(processes)
     finally:
-        if main:
-            signal.signal(signal.SIGINT, handler)
+        signal.signal(signal.SIGINT, handler)
 
 
 def run_main(main, *errors):
