@@ -927,9 +927,9 @@ def check(args):
         check_models(args)
     elif args.command == "cluster":
         degrees = [int(d) for d in args.degrees.split(",")]
-        if len(degrees) > 8 or any(d * math.log10(args.T) >= MOST_GROWTH for d in degrees):
-            raise UsageError(f"--degrees {args.degrees} with --T {args.T:g}: allowed are at most 8 degrees k, with "
-                             f"g(t) = 1 + t^k below 1e{MOST_GROWTH} (one panel each)")
+        if len(degrees) > 8 or any(d > 999 or d * math.log10(args.T) >= MOST_GROWTH for d in degrees):
+            raise UsageError(f"--degrees {args.degrees} with --T {args.T:g}: allowed are at most 8 degrees k <= 999, "
+                             f"with g(t) = 1 + t^k below 1e{MOST_GROWTH} (one panel each)")
         pairs = max(args.tokens, 100) ** 2 * args.steps * len(degrees)
         if pairs > MOST_PAIRS:
             raise UsageError(f"--tokens {args.tokens:,} x --steps {args.steps:,} x {len(degrees)} --degrees: "

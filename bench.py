@@ -10,18 +10,15 @@ Writes OUT/speed.json, OUT/speed_summary.json (machine, ratios, settings), OUT/s
 OUT/speed_generate.png) and prints the table (--loop, --wall, --compile: OUT/user.{json,md}).
 
 The training step (forward, backward, gradient clipping, AdamW) and the inference forward of each model at each length,
-measured in interleaved rounds (medians; ratios as medians of per-round ratios) beside the machine's sustained matmul
-rate, measured once a round: peak memory, tokens/s, FLOPs (torch.utils.flop_counter), FLOP/s as a share of the matmul
-rate (and MFU on a GPU) and against the baseline's (softmax), where the models overtake it; our GPT beside nanoGPT's
-model.py at nanoGPT's CPU configuration (--nanogpt PATH, a file outside this project). --models may also name an
-attention function alone (simple_attention, causal_simple_attention, softmax_attention, causal_softmax_attention). On a
-shared CPU, --threads 1 --clock cpu measures CPU time, which other programs disturb far less. Lengths and sizes that
-would not fit in memory or in --max_minutes are refused, and so is a flag of one mode given to another (--generate with
---loop). --generate adds generation: milliseconds per new token after a prompt of each --contexts length
-(model.prefill, untimed, then --new_tokens model.decode steps, timed), and the size of the state the model keeps
-(SimpleTRON, TransJect: fixed; softmax GPT, DiffEqFormer: the KV cache). With --lengths '' generation alone.
---checkpointing adds each model's training step with Config.checkpointing (every block recomputed in the backward
-pass): its peak memory and time beside the plain step's, and the loss and gradient differences between the two."""
+in interleaved rounds (medians; ratios as medians of per-round ratios) beside the machine's matmul rate, measured
+each round: peak memory, tokens/s, FLOPs (torch.utils.flop_counter), FLOP/s as a share of the matmul rate (MFU on a
+GPU) and against the baseline's (softmax); our GPT beside nanoGPT's model.py at nanoGPT's CPU configuration (--nanogpt
+PATH, a file outside this project). --models may also name an attention function alone (simple_attention,
+causal_simple_attention, softmax_attention, causal_softmax_attention). Lengths and sizes that would not fit in memory
+or --max_minutes are refused. --generate: milliseconds per new token after a prompt of each --contexts length
+(model.prefill, then --new_tokens model.decode steps, timed) and the state the model keeps (SimpleTRON, TransJect:
+fixed; the GPT, DiffEqFormer: a KV cache). --checkpointing: each model's training step with every block recomputed in
+the backward pass, its peak memory and time beside the plain step's, and the loss and gradient differences."""
 
 import argparse
 import contextlib
@@ -174,11 +171,14 @@ def load_nanogpt(path):
         loader.exec_module(mod)
         c = NANOGPT_CPU
         with open(os.devnull, "w") as quiet, contextlib.redirect_stdout(quiet):   # it prints its parameter count
-            return mod.GPT(mod.GPTConfig(block_size=c["block_size"], vocab_size=c["vocab"], n_layer=c["n_layer"],
-                                         n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0, bias=c["bias"]))
+            gpt = mod.GPT(mod.GPTConfig(block_size=c["block_size"], vocab_size=c["vocab"], n_layer=c["n_layer"],
+                                        n_head=c["n_head"], n_embd=c["n_embd"], dropout=0.0, bias=c["bias"]))
+        _, loss = gpt(torch.ones(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.long))   # (logits, loss)
+        if not (torch.is_tensor(loss) and loss.dim() == 0):
+            raise ValueError(f"its loss is {type(loss).__name__}, not one number")
     except (Exception, SystemExit) as e:
-        raise UsageError(f"--nanogpt {path} is not nanoGPT's model.py: its GPT(GPTConfig(...)) is not built "
-                         f"({type(e).__name__}: {data.one_line(e, 150)})") from None
+        raise UsageError(f"--nanogpt {path} is not nanoGPT's model.py: its GPT(GPTConfig(...)) is not built or does "
+                         f"not return (logits, loss) ({type(e).__name__}: {data.one_line(e, 150)})") from None
 
 
 # nanoGPT's README CPU run (shakespeare_char; bias False is its train.py's default)
@@ -925,17 +925,12 @@ def parse(argv):
     if moot := next((f for f, (used, _) in acts.items() if not used and f in args.typed), None):
         raise UsageError(f"--{moot}{'' if getattr(args, moot) is True else f' {getattr(args, moot)}'}: it acts only "
                          f"with {acts[moot][1]}; leave it out")
-    check(args)
-    return args
-
-
-def check(args):
-    """Every flag, before any work: one line naming the flag, its value and what is allowed."""
-    for name, value in vars(args).items():
+    for name, value in vars(args).items():                   # every flag, before any work: one line naming it
         check_value(name, value)
     check_device(args.device)
     if problem := data.writable_problem(args.out):
         raise UsageError(f"--out {args.out}: {problem}")
+    return args
 
 
 def read_lists(args, device):
@@ -955,7 +950,7 @@ def read_lists(args, device):
     if moot := next((f"--{f}{'' if getattr(args, f) is True else f' {getattr(args, f)}'}: it acts only with {what}, "
                      f"which --models {args.models} has not; leave it out" for f, used, what in (   # (no model has it)
                          ("checkpointing", whole, alone + "blocks)"), ("n_layer", whole, alone + "layers)"),
-                         ("vocab", whole, alone + "embedding)"),
+                         ("vocab", whole, alone + "embedding)"), ("head", whole, alone + "head)"),
                          ("n_head", set(models) - {"transject"}, "heads (TransJect has none)"),
                          ("time_dim", set(models) & {"diffeqformer"}, "--models diffeqformer"))
                      if models and f in args.typed and not used), None):
@@ -965,6 +960,8 @@ def read_lists(args, device):
         raise UsageError("--generate needs --contexts of at least 1 token and --new_tokens of at least 1")
     if args.generate and args.head != "lm":
         raise UsageError(f"--generate times language models, not --head {args.head}: time it in a command of its own")
+    if set(models) & set(ATTENTION) and args.n_embd % args.n_head:
+        raise UsageError(f"--n_embd {args.n_embd} is not a multiple of --n_head {args.n_head} (the heads' width)")
     if args.compile and (alone := [m for m in models if m in ATTENTION]):
         raise UsageError(f"--compile times whole models; --models names {alone[0]}, an attention alone: leave it out")
     if args.generate and not set(models) & set(MODELS):

@@ -8,6 +8,7 @@ preset (--preset cpu|paper: PRESETS, per model and task) < the flags given.
 import argparse
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import math
 import os
@@ -15,6 +16,7 @@ import pickle
 import platform
 import re
 import shlex
+import traceback
 import warnings
 import zipfile
 
@@ -23,7 +25,6 @@ import torch
 import data
 import tasks  # noqa: F401  (registers every task in data.TASKS)
 from tasks.sources import check_tokenizer
-
 
 # model name -> (module, Config overrides that make it that model)
 MODELS = {
@@ -71,17 +72,33 @@ def to_bool(s):
 
 
 def model_module(name):
-    """The module of MODELS[name]; no Config field may take a train.py flag's name (its fields are flags too)."""
+    """The module of MODELS[name], checked as a fork's would be: it imports, its Config has the common fields, each
+    a bool, int, float or str, none with a train.py flag's name (its fields are flags too), and help in FIELD_HELP."""
     if name not in MODELS:
         raise UsageError(f"unknown model {name!r}; choose one of: {', '.join(MODELS)}")
     try:
         module = importlib.import_module(MODELS[name][0])
     except ModuleNotFoundError as e:
         raise UsageError(f"model {name!r} is not available here ({e})") from None
-    taken = [f.name for f in dataclasses.fields(module.Config) if f.name in DEFAULTS or f.name == "help"]
-    if taken:
-        raise UsageError(f"model {name!r}: its Config field {taken[0]} has the name of train.py's flag --{taken[0]}; "
-                         "rename the field (docs/architecture.md lists the names that are taken)")
+    except Exception as e:                                   # a fork's file that fails on import: where, and why
+        origin = getattr(importlib.util.find_spec(MODELS[name][0]), "origin", None)
+        ours = [(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__) if f.filename == origin]
+        file, line = (e.filename, e.lineno) if isinstance(e, SyntaxError) else (ours or [(origin or "?", "?")])[-1]
+        raise UsageError(f"model {name!r}: {os.path.basename(file)} line {line} fails on import: {type(e).__name__}: "
+                         f"{data.one_line(str(e), 200)}") from None
+    fields = dataclasses.fields(module.Config)
+    problems = [f"its Config field {f.name} has the name of train.py's flag --{f.name}; rename the field (docs/"
+                "architecture.md lists the names that are taken)" for f in fields if f.name in (*DEFAULTS, "help")]
+    problems += [f"its Config field {f.name} is of type {f.type}; a field is a flag too: bool, int, float or str"
+                 for f in fields if getattr(f.type, "__name__", f.type) not in ("bool", "int", "float", "str")]
+    problems += [f"its Config has no field {k} (every model's has {', '.join(COMMON_FIELDS)})"
+                 for k in COMMON_FIELDS if k not in {f.name for f in fields}]
+    problems += [f"config.MODELS sets {k}, which its Config has no field of" for k in MODELS[name][1]
+                 if k not in {f.name for f in fields}]
+    if MODELS[name][0] not in FIELD_HELP:
+        problems.append(f"config.FIELD_HELP has no entry {MODELS[name][0]!r}, its fields' help for --help")
+    if problems:
+        raise UsageError(f"model {name!r}: {problems[0]}")
     return module
 
 
@@ -474,8 +491,9 @@ def help_values(model, task, preset_name, listops_len=None):
     values.update({k: f"from {task}" for k in ("vocab_size", "head", "n_classes")})
     values.update({**DEFAULTS, **MODELS[model][1], **preset, "model": model, "task": task, "preset": preset_name})
     if length is not None and length.default is None:       # a length the task derives from its other options
-        values["block_size"] = (int(str(listops_len or values["listops_len"]).split(",")[-1]) if task == "listops"
-                                and "block_size" not in preset else values["block_size"])
+        longest = str(listops_len or values["listops_len"]).split(",")[-1].strip()     # checked later, not here
+        values["block_size"] = (int(longest) if longest.isdigit() else "from --listops_len") if (
+            task == "listops" and "block_size" not in preset) else values["block_size"]
     values["lr_decay_iters"] = values.get("lr_decay_iters") or f"max_iters = {values['max_iters']}"
     values["out_dir"] = values.get("out_dir") or f"out/{model}-{task}"
     return {k: "none" if v is None else v for k, v in values.items()}
@@ -488,7 +506,9 @@ def resolve(args, given, config_names, preset=None):
     if preset is None:
         preset = preset_for(PRESETS[args.preset or DEFAULTS["preset"]], model, task)
     unknown = (set(preset) - set(DEFAULTS) - set(config_names)) | (set(preset) & {"model", "task", "preset"})
-    assert not unknown, f"preset for {model}/{task} sets unknown fields {unknown}"
+    if unknown:                                              # (a fork's preset row with a typo)
+        raise UsageError(f"config.PRESETS[{args.preset or DEFAULTS['preset']!r}] for {model} on {task} sets "
+                         f"{sorted(unknown)[0]}: a row sets train.py's flags (but model, task, preset) and {model}'s Config fields")
     for name in DEFAULTS:                                    # (model and task too: given, or the defaults)
         if name not in given:
             setattr(args, name, preset.get(name, DEFAULTS[name]))
@@ -660,12 +680,31 @@ def load_checkpoint(path, need=()):
     kinds = {"model_name": str, "config": dict, "model": dict, "args": dict, "optimizer": dict, "iter": int}
     if not (isinstance(ckpt, dict) and all(k in ckpt and isinstance(ckpt[k], kinds.get(k, object)) for k in keys)
             and ckpt["model_name"] in MODELS and ("iter" not in need or ckpt["iter"] >= 0)
-            and isinstance(ckpt["args"].get("task"), str)
-            and all(ckpt["args"].get(k) is None or isinstance(ckpt["args"][k], str)
-                    for k in ("data_dir", "cache_dir", "tokenizer"))):
+            and isinstance(ckpt["args"].get("task"), str)):
         raise UsageError(f"{path} is not a train.py checkpoint (it needs {', '.join(keys)}, with a model of: "
                          f"{', '.join(MODELS)})")
+    if problem := args_problem(ckpt["args"]):
+        raise UsageError(f"{path} is damaged: its {problem}")
     return ckpt
+
+
+def args_problem(a):
+    """What is wrong with the flags a run recorded (its checkpoint's or metrics.json's args), or None."""
+    paths = ("task", "data_dir", "cache_dir", "tokenizer")
+    if k := next((k for k in paths if a.get(k) is not None and not isinstance(a[k], str)), None):
+        return f"setting {k} is no string"
+    if k := next((k for k, v in a.items() if v is None and DEFAULTS.get(k) not in (None, "gpt2")), None):
+        return f"setting {k} is null, which train.py always fills"           # (the tokenizer may be none)
+    return None
+
+
+def config_problem(model_name, config_dict):
+    """check_config's line for a run's recorded model settings (without its --), or None."""
+    try:
+        check_config(model_name, config_dict)
+    except UsageError as e:
+        return str(e).removeprefix("--")
+    return None
 
 
 def model_of_checkpoint(ckpt, path):

@@ -78,7 +78,7 @@ def seed_band(series):
 def log_ticks(ax, axis, values):
     """Readable log-axis ticks (not 10 and 100 alone: 29.5 unreadable): >= 2 values of 1-2-5 (or 1-1.5-2-3-...-8)
     times a power of ten inside the data's range, widened to the nearest such values for a narrower range."""
-    values = [v for v in values if 0 < v < math.inf]
+    values = [v for v in values if 1e-300 < v < 1e300]       # (past those, 1.15 times a value is not a float)
     if not values:
         return
     lo, hi = min(values) / 1.15, max(values) * 1.15

@@ -77,6 +77,7 @@ class DataError(Exception):
 
 
 TASKS = {}
+CLASHES = {}                    # name -> (module, module): a task name registered twice
 
 
 def task(name, help=None, generated_only=()):
@@ -86,7 +87,11 @@ def task(name, help=None, generated_only=()):
     tasks.X runs the module tasks.X a second time, as __main__: the loader registered stays the package's own.)"""
     def register(fn):
         fn.help, fn.generated_only = help or {}, tuple(generated_only)
-        if fn.__module__ != "__main__":
+        if fn.__module__ == "__main__":
+            return fn
+        if name in TASKS and TASKS[name].__module__ != fn.__module__:        # two modules, one name: the first kept
+            CLASHES.setdefault(name, (TASKS[name].__module__, fn.__module__))    # (and tasks/__init__ says so)
+        else:
             TASKS[name] = fn
         return fn
     return register

@@ -8,7 +8,6 @@ with reference baselines computed on the same split) into its block of docs/resu
     python experiments.py ptb-char --data_dir DIR       # the same files as characters, nanoGPT's CPU recipe
     python experiments.py listops-small                 # ListOps that separates the models, with held-out trees
     python experiments.py agnews --data_dir DIR --bert_dir BERT   # SimpleTRON §5.3 (docs/bert.md)
-    python experiments.py listops-lra
     python experiments.py ptb --seeds 0,1,2 --jobs 2    # two runs at a time, one thread each
 
 Each run is one `python train.py ...` into out/exp/TABLE/ROW-sSEED/. A run whose metrics.json exists is not run again,
@@ -766,6 +765,9 @@ def metrics_problem(m):
     if k := next((k for k, g in m.get("gates", {}).items() if not (isinstance(g, dict) and all(
             data.finite(g.get(x)) for x in ("value", "used")) and abs(g["value"]) <= 3.4028234663852886e38)), None):
         return f"its gate {k} has no numbers value and used (within a float32 parameter's range)"
+    model_bad = m.get("model") in config.MODELS and config.config_problem(m["model"], m.get("config", {}))
+    if bad := config.args_problem(m.get("args", {})) or model_bad and f"config: {model_bad}":
+        return f"its {bad}"
     n_layer = m.get("config", {}).get("n_layer", 1)          # (gate_cell divides by it)
     return None if type(n_layer) is int and n_layer > 0 else "its config's n_layer is no whole number above 0"
 
@@ -892,10 +894,8 @@ def list_tables(name, seeds, data_dir, bert_dir):
         print(f"  rows (--rows NAME,...): {', '.join(slug(r.name) for r in TABLES[name].rows)}")
     for _, c in commands(name, TABLES[name], seeds, data_dir, bert_dir):
         print(f"  python train.py {c}")
-    if TABLES[name].compute is not None:
-        print(f"  (computed in this process: python experiments.py {name})")
-    else:
-        print(f"the training curves (the seeds of a row: a mean and a band): python analyze.py curves --table {name}")
+    print(f"  (computed in this process: python experiments.py {name})" if TABLES[name].compute is not None else
+          f"the training curves (the seeds of a row: a mean and a band): python analyze.py curves --table {name}")
 
 
 def check(a):

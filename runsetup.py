@@ -78,7 +78,11 @@ def check_run_record(ckpt, out_dir):
     if bad:
         raise UsageError(f"{out_dir}/ckpt.pt: its record {bad!r} is damaged ({data.one_line(repr(ckpt[bad]), 60)}); "
                          "start a new run, or --init_from it in another --out_dir")
-    moments = [t for s in ckpt["optimizer"].get("state", {}).values() if isinstance(s, dict) for t in s.values()
+    opt = ckpt["optimizer"]
+    if not (isinstance(opt, dict) and isinstance(opt.get("state"), dict) and isinstance(opt.get("param_groups"), list)):
+        raise UsageError(f"{out_dir}/ckpt.pt: its optimizer state is damaged (no 'state' or 'param_groups'); start "
+                         "a new run, or --init_from it in another --out_dir")
+    moments = [t for s in opt["state"].values() if isinstance(s, dict) for t in s.values()
                if torch.is_tensor(t) and t.is_floating_point()]
     if not all(torch.isfinite(t).all() for t in moments):    # (Adam's moments: a nan would reach every weight)
         raise UsageError(f"{out_dir}/ckpt.pt: its optimizer state holds a value that is not finite (damaged); start a "
@@ -205,6 +209,8 @@ def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):
         check_head_fields(config_dict, config_dict, task.kind, f"task {task_name} is " + (
             "a language model" if task.kind == "lm" else "a classifier"))
     for k in ("vocab_size", "head", "n_classes"):
+        if from_checkpoint and k not in config_dict:
+            raise UsageError(f"the checkpoint's model settings lack {k} (damaged: train.py writes every one)")
         if from_checkpoint and config_dict[k] != fields[k] and not (k == "vocab_size" and config_dict[k] > fields[k]):
             raise UsageError(f"the checkpoint's model has {k}={config_dict[k]} but task {task_name} needs {fields[k]}")
         if not from_checkpoint and pretrained is None and config_dict.get(k, fields[k]) != fields[k] and not (

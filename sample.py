@@ -78,6 +78,9 @@ def check(args):
         raise UsageError(f"{args.ckpt} is a classifier (head {head}, task {ckpt['args'].get('task')}); sample.py "
                          "needs a language model: a checkpoint of ptb, wikitext103, openwebtext or textfile")
     model = model_of_checkpoint(ckpt, args.ckpt)             # (its config checked before the tokenizer reads it)
+    if not callable(getattr(model, "generate", None)):       # (a fork's model without it)
+        raise UsageError(f"model {ckpt['model_name']!r} has no generate(idx, max_new_tokens, temperature, top_k), "
+                         "which sample.py calls (docs/architecture.md, Add a model)")
     tok, n = tokenizer_of(ckpt, args.data_dir)
     if n < model.config.vocab_size:                          # ids no text has (--vocab_size 50304): never drawn
         model.lm_head.register_forward_hook(lambda m, i, logits: logits.index_fill(-1, torch.arange(

@@ -30,6 +30,11 @@ def in_order(names):
     return sorted(names, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER))
 
 
+if data.CLASHES:                                             # a name two modules register: one line, before any work
+    name, (first, second) = next(iter(data.CLASHES.items()))
+    print(f"error: task {name!r} is registered by {first} and by {second}: give one of them another name",
+          file=sys.stderr)
+    sys.exit(2)
 data.TASKS.update({name: data.TASKS.pop(name) for name in in_order(list(data.TASKS))})
 
 # python -m tasks.X (prepare one task's files) imports this package, and so tasks.X, before it runs tasks.X as
@@ -41,8 +46,11 @@ def without_entry(module):
     """Why `python -m MODULE` would do nothing, or None: a module of tasks ends with its entry, `if __name__ ==
     "__main__": prepare_main("tasks.X")`."""
     with open(importlib.util.find_spec(module).origin, encoding="utf-8") as f:
-        if re.search(r"^if __name__ == .__main__.:", f.read(), re.M):
-            return None
+        source = f.read()
+    if re.search(r"^if __name__ == .__main__.:", source, re.M):
+        named = re.findall(r"prepare_main\(\s*[\"'](tasks\.\w+)[\"']", source)[-1:]   # (an entry copied, naming its source)
+        return None if named in ([], [module]) else (
+            f"{module}'s entry prepares {named[0]}'s tasks: end it with prepare_main(\"{module}\")")
     names = [n for n, fn in data.TASKS.items() if fn.__module__ == module]
     if not names:
         return (f"{module} registers no task, so there is nothing to prepare; python -m tasks.NAME prepares the tasks "

@@ -277,6 +277,9 @@ def file_task(name, data_dir, vocab, block_size, recall_len=None):
 
 def recall_task(name, cache_dir, data_dir, block_size, recall_len, recall_pairs, recall_vocab, recall_sizes, txt):
     length, pairs, vocab, sizes = setting(name, recall_len, recall_pairs, recall_vocab, recall_sizes)
+    if data_dir is not None and txt:
+        raise DataError(f"{name}: --txt writes the generated examples as plain files; --data_dir's are plain files "
+                        "already")
     if data_dir is not None:
         return file_task(name, data_dir, vocab, block_size, None if recall_len is None else length)
     if block_size is not None and block_size < length:

@@ -152,6 +152,10 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
     (["--peak_tflops", "-1"], "--peak_tflops -1.0: allowed is a number > 0"),
     (["--max_minutes", "0"], "--max_minutes 0.0: allowed is a number > 0"),
     (["--generate", "--head", "cls"], "--generate times language models, not --head cls"),
+    (["--models", "simple_attention", "--n_head", "3", "--n_embd", "16"], "--n_embd 16 is not a multiple of --n_head "
+                                                                          "3 (the heads' width)"),
+    (["--models", "causal_simple_attention", "--head", "cls"], "--head cls: it acts only with whole models (an "
+                                                                "attention alone has no head), which --models"),
     (["--generate", "--lengths", "", "--models", "simple_attention,softmax_attention"],
      "--generate times whole models (simpletron, softmax, transject, diffeqformer), and --models names none"),
     (["--infer_only", "--checkpointing"], "--checkpointing: it acts only with training steps at --lengths (not "

@@ -82,6 +82,10 @@ def test_log_ticks_label_values_between_the_decades():
     assert [t.get_text() for t in ax.get_yticklabels()] == ["2", "5", "10", "20", "50", "100", "200", "500", "1000"]
     curves.log_ticks(ax, "y", [0.0, float("inf"), 61.0])     # what a log axis cannot show is left out
     assert [t.get_text() for t in ax.get_yticklabels()] == ["60", "70"]
+    curves.log_ticks(ax, "y", [1.7e308, 5e-324, 61.0])      # so is a value 1.15 times of which is no float
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["60", "70"]
+    curves.log_ticks(ax, "y", [9e299, 61.0])                 # (just inside: ticks up to 1e300)
+    assert ax.get_yticks()[-1] >= 9e299
 
 
 # ----------------------------------------------------------------------------------------------

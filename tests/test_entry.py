@@ -286,7 +286,9 @@ CASES = [
     (A, "spectra of a checkpoint with bytes changed", lambda w, t: ["spectra", "--ckpt", flipped(w, t), "--out",
                                                                       t / "a"], "not a readable train.py checkpoint"),
     (A, "activation, the run's cache_dir a number", lambda w, t: ["activation", "--ckpt", edited(w, t, args=lambda c: {
-        **c["args"], "cache_dir": 5}), "--out", t / "a"], "not a train.py checkpoint"),
+        **c["args"], "cache_dir": 5}), "--out", t / "a"], "is damaged: its setting cache_dir is no string"),
+    (A, "activation, the run's cache_dir null", lambda w, t: ["activation", "--ckpt", edited(w, t, args=lambda c: {
+        **c["args"], "cache_dir": None}), "--out", t / "a"], "is damaged: its setting cache_dir is null"),
     (A, "activation, the run's data gone", lambda w, t: ["activation", "--ckpt", edited(w, t, args=lambda c: {
         **c["args"], "data_dir": str(t / "gone.txt"), "cache_dir": str(t / "c")}), "--out", t / "a"], "gone.txt"),
     # cluster: numbers
@@ -294,7 +296,7 @@ CASES = [
        f"--{flag}")
       for flag, values in (("tokens", ("0", "1", "-5", str(10**9), "many")), ("steps", ("0", "-1", str(10**12), "1.5")),
                            ("T", ("0", "-1", "nan", "inf", "1e308")), ("eps", ("0", "-0.1", "nan", "inf")),
-                           ("degrees", ("", "a,b", "1,,2", "-1", "99999", "1.5", "²")), ("seed", ("-1", str(2**40))),
+                           ("degrees", ("", "a,b", "1,,2", "-1", "99999", "1.5", "²", "1" + "0" * 400)), ("seed", ("-1", str(2**40))),
                            ("weights", ("orthogonal",)))
       for v in values],
     (A, "cluster of many tokens for many steps", lambda w, t: ["cluster", "--tokens", "1000", "--steps", "100000",
@@ -653,10 +655,39 @@ def test_a_new_task_module_without_its_entry_says_what_to_add(tmp_path):
     assert p.returncode == 2 and "Traceback" not in p.stderr and p.stdout == ""
     assert p.stderr.strip() == ('error: tasks.zebra registers zebra but has no entry: end it with `if __name__ == "__main__": '
                      'prepare_main("tasks.zebra")`, as tasks/listops.py does')
+    # an entry copied from another module, still naming it: it would prepare that module's tasks
+    (repo / "tasks" / "zebra.py").write_text(ZEBRA + '\n\nif __name__ == "__main__":\n    prepare_main("tasks.listops")\n')
+    p = subprocess.run([sys.executable, "-m", "tasks.zebra"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and p.stdout == "" and p.stderr.strip() == (
+        "error: tasks.zebra's entry prepares tasks.listops's tasks: end it with prepare_main(\"tasks.zebra\")")
     (repo / "tasks" / "zebra.py").write_text(ZEBRA + '\n\nif __name__ == "__main__":\n    prepare_main("tasks.zebra")\n')
     p = subprocess.run([sys.executable, "-m", "tasks.zebra", "--block_size", "5"], cwd=repo, capture_output=True,
                        text=True, timeout=60)
     assert p.returncode == 0 and p.stdout.startswith("zebra: train 100, val 100 tokens"), (p.stdout, p.stderr)
+
+
+def test_a_task_name_two_modules_register_is_one_line_before_any_work(tmp_path):
+    repo = copy_of_the_project(tmp_path)                     # a fork's new module that copied @task("listops")
+    (repo / "tasks" / "zebra.py").write_text(ZEBRA.replace('@task("zebra")', '@task("listops")'))
+    init = (repo / "tasks" / "__init__.py").read_text()
+    (repo / "tasks" / "__init__.py").write_text(init.replace("text  # noqa: E402", "text, zebra  # noqa: E402"))
+    for argv in (["train.py", "--task", "listops", "--out_dir", "o"], ["train.py", "--task", "zebra"],
+                 ["sample.py", "--ckpt", "x.pt"]):
+        p = subprocess.run([sys.executable, *argv], cwd=repo, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and p.stdout == "" and p.stderr.strip() == (
+            "error: task 'listops' is registered by tasks.listops and by tasks.zebra: give one of them another name")
+    assert not os.path.exists(repo / "o") and not os.path.exists(repo / "data")
+
+
+def test_data_task_keeps_the_first_of_two_modules_and_records_the_clash(monkeypatch):
+    monkeypatch.setattr(data, "TASKS", {})
+    monkeypatch.setattr(data, "CLASHES", {})
+    loaders = [(lambda i: lambda **_: i)(i) for i in range(4)]          # four loaders, each its own function
+    for fn, module in zip(loaders, ("tasks.a", "tasks.b", "tasks.a", "__main__")):
+        fn.__module__ = module
+        data.task("x")(fn)
+    # tasks.a registers, tasks.b clashes, tasks.a again (reloaded) replaces its own, __main__ (python -m) is skipped
+    assert data.TASKS == {"x": loaders[2]} and data.CLASHES == {"x": ("tasks.a", "tasks.b")}
 
 
 def interrupted(argv, ready, after=0, cwd=ROOT, sig=signal.SIGINT, group=False):
@@ -815,7 +846,7 @@ def test_a_damaged_checkpoint_is_refused_by_resume_in_one_line(change, w, tmp_pa
     shutil.copytree(w.lm.parent, run)
     (run / "ckpt.pt").write_bytes((flipped(w, tmp_path) if change == "flipped" else edited(w, tmp_path, **change))
                                   .read_bytes())
-    with pytest.raises(config.UsageError, match="is not a (readable )?train.py checkpoint"):
+    with pytest.raises(config.UsageError, match="is not a (readable )?train.py checkpoint|is damaged: its setting"):
         train.main(["--resume", "--out_dir", str(run), "--max_iters", "4"])
 
 
@@ -828,6 +859,12 @@ def test_bench_refuses_digits_int_cannot_read_and_more_threads_than_cores(argv, 
 
 @pytest.mark.parametrize("name,code,words", [
     ("model.py", "raise SystemExit(0)\n", "SystemExit"),
+    ("model.py", "class GPTConfig:\n    def __init__(self, **kw):\n        pass\n\n\nclass GPT:\n    def __init__(self, c)"
+                 ":\n        pass\n\n    def __call__(self, idx, targets=None):\n        return idx.float()\n",
+     r"does not return \(logits, loss\) \(ValueError: not enough values to unpack"),
+    ("model.py", "class GPTConfig:\n    def __init__(self, **kw):\n        pass\n\n\nclass GPT:\n    def __init__(self, c)"
+                 ":\n        pass\n\n    def __call__(self, idx, targets=None):\n        return idx.float(), None\n",
+     r"does not return \(logits, loss\) \(ValueError: its loss is NoneType, not one number\)"),
     ("model.py", "class GPTConfig:\n    pass\n\n\nclass GPT:\n    pass\n", "GPTConfig.. takes no arguments"),
     ("model", BINARY, "not nanoGPT's model.py"),
 ])

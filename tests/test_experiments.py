@@ -206,6 +206,26 @@ def test_load_metrics_reads_a_file_an_editor_saved_with_a_byte_order_mark(tmp_pa
     assert experiments.load_metrics(str(tmp_path))["val_loss"] == 1.5
 
 
+@pytest.mark.parametrize("m,why", [
+    ({"args": {"task": "listops", "cache_dir": None}}, "its setting cache_dir is null, which train.py always fills"),
+    ({"args": {"task": 5}}, "its setting task is no string"),
+    ({"args": {"task": "listops", "data_dir": ["a"]}}, "its setting data_dir is no string"),
+    ({"model": "simpletron", "config": {"vocab_size": 1}}, "its config: vocab_size 1: allowed is an integer >= 2"),
+    ({"model": "softmax", "config": {"n_embd": 10, "n_head": 3}}, "its config: bad model settings: n_embd (10) must "),
+    ({"model": "transject", "config": {"attention": "softmax"}}, "its config: bad model settings: "),
+    ({"model": "simpletron", "config": {"n_layer": 0}}, "its config: n_layer 0: allowed is an integer >= 1"),
+    ({"config": {"n_layer": 0}}, "its config's n_layer is no whole number above 0"),     # (no model to check by)
+])
+def test_metrics_of_settings_no_run_could_have_are_refused_naming_the_setting(m, why, tmp_path):
+    assert experiments.metrics_problem(m).startswith(why), experiments.metrics_problem(m)
+    (tmp_path / "metrics.json").write_text(json.dumps({"val_loss": 1.5, "n_params": 3, **m}))
+    with pytest.raises(config.UsageError, match="is not the metrics.json of a train.py run"):
+        experiments.load_metrics(str(tmp_path))
+    ok = {"model": "softmax", "config": {"vocab_size": 2, "n_embd": 12, "n_head": 3}, "args": {
+        "task": "listops", "cache_dir": "c", "data_dir": None, "tokenizer": None, "lr_decay_iters": None}}
+    assert experiments.metrics_problem(ok) is None
+
+
 def test_the_gates_cell_is_the_sigmoid_over_the_layers_for_transject_and_alpha_for_rezero():
     gates = {"blocks.0.a": {"value": 0.0, "used": 0.2}, "blocks.1.a": {"value": math.log(3), "used": 0.5}}
     ms = [{"model": "transject", "config": {"n_layer": 2}, "gates": gates}, {"gates": {"x": {"value": 0, "used": 0}}}]

@@ -444,6 +444,9 @@ def edit_ckpt(path, **change):
      "its optimizer state holds a value that is not finite (damaged)"),
     (dict(model=lambda c: {k: v.clone().fill_(float("nan")) if k.endswith("qkv.weight") else v
                            for k, v in c["model"].items()}), "ckpt.pt: a weight is not finite (nan or inf)"),
+    (dict(optimizer={}), "its optimizer state is damaged (no 'state' or 'param_groups')"),
+    (dict(optimizer=lambda c: {"state": c["optimizer"]["state"]}), "its optimizer state is damaged"),
+    (dict(optimizer=lambda c: {**c["optimizer"], "state": []}), "its optimizer state is damaged"),
 ])
 def test_a_damaged_record_in_ckpt_pt_is_refused_before_any_data(lra, tmp_path, monkeypatch, change, words):
     run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "o")
@@ -454,6 +457,38 @@ def test_a_damaged_record_in_ckpt_pt_is_refused_before_any_data(lra, tmp_path, m
     with pytest.raises(train.UsageError) as e:
         run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
     one_line(e, f"{tmp_path / 'o' / 'ckpt.pt'}: ", words)
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("max_iters", None, "its setting max_iters is null, which train.py always fills"),
+    ("cache_dir", None, "its setting cache_dir is null"),
+    ("task", None, "is not a train.py checkpoint"),
+    ("cache_dir", 5, "its setting cache_dir is no string"),
+    ("tokenizer", 5, "its setting tokenizer is no string"),
+])
+def test_a_null_or_odd_setting_in_a_checkpoints_args_is_refused_by_resume_and_init_from(lra, tmp_path, monkeypatch,
+                                                                                         key, value, words):
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "o")
+    edit_ckpt(tmp_path / "o" / "ckpt.pt", args=lambda c: {**c["args"], key: value})
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    for argv in (["--resume", "--out_dir", tmp_path / "o", "--max_iters", "4"],
+                 ["--init_from", tmp_path / "o" / "ckpt.pt", "--eval_only", "--out_dir", tmp_path / "e"]):
+        with pytest.raises(train.UsageError) as e:
+            run(*argv)
+        one_line(e, str(tmp_path / "o" / "ckpt.pt"), words)
+
+
+@pytest.mark.parametrize("key", ["head", "n_classes", "vocab_size"])
+def test_a_checkpoint_whose_config_lacks_a_field_the_task_sets_is_refused_in_one_line(lra, tmp_path, monkeypatch, key):
+    run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "2", "--out_dir", tmp_path / "o")
+    for name in ("ckpt.pt", "best.pt"):
+        edit_ckpt(tmp_path / "o" / name, config=lambda c: {k: v for k, v in c["config"].items() if k != key})
+    monkeypatch.setattr(train, "train_session", lambda *a: pytest.fail("a step was taken"))
+    for argv in (["--resume", "--out_dir", tmp_path / "o", "--max_iters", "4"],
+                 ["--init_from", tmp_path / "o" / "ckpt.pt", "--eval_only", "--out_dir", tmp_path / "e"]):
+        with pytest.raises(train.UsageError) as e:
+            run(*argv)
+        one_line(e, f"the checkpoint's model settings lack {key} (damaged: train.py writes every one)")
 
 
 def test_another_runs_best_pt_beside_a_run_without_a_best_record_is_refused(lra, tmp_path, monkeypatch):

@@ -5,6 +5,7 @@ any data is read; --init_from takes the checkpoint's model and lays the Config f
 import dataclasses
 import os
 import re
+import sys
 import threading
 
 import pytest
@@ -371,3 +372,71 @@ def test_a_transfer_into_another_model_or_from_no_file_is_refused(flags, shown, 
     with pytest.raises(config.UsageError) as e:
         run(*[f.format(**names) for f in flags], "--out_dir", tmp_path / "o")
     one_line(e, shown.format(**names))
+
+
+COMMON = ("    vocab_size: int = 10\n    block_size: int = 8\n    n_layer: int = 1\n    n_head: int = 1\n"
+          "    n_embd: int = 8\n    dropout: float = 0.0\n    bias: bool = True\n    head: str = \"lm\"\n"
+          "    n_classes: int = 0\n")
+
+
+@pytest.fixture
+def forkmodel(tmp_path, monkeypatch):
+    """tmp_path/forkmodel.py, imported afresh by the test and forgotten after it."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("forkmodel", None)
+    yield tmp_path / "forkmodel.py"
+    sys.modules.pop("forkmodel", None)
+
+
+@pytest.mark.parametrize("fields,overrides,help,words", [
+    (COMMON + "    scale: float | None = None\n", {}, True,
+     "its Config field scale is of type float | None; a field is a flag too: bool, int, float or str"),
+    (COMMON.replace("    n_head: int = 1\n", ""), {}, True, "its Config has no field n_head (every model's has "
+     "vocab_size, block_size, n_layer, n_head, n_embd, dropout, bias, head, n_classes)"),
+    (COMMON, {}, False, "config.FIELD_HELP has no entry 'forkmodel', its fields' help for --help"),
+    (COMMON, {"attenton": "softmax"}, True, "config.MODELS sets attenton, which its Config has no field of"),
+    (COMMON + "    window: int\n", {}, True, "forkmodel.py line 6 fails on import: TypeError: non-default "
+     "argument 'window' follows default argument"),                              # (the decorator's line)
+    (COMMON + "    window: int = (\n", {}, True, "forkmodel.py line 17 fails on import: SyntaxError: "),
+    (COMMON + "    window: int = 1 / 0\n", {}, True, "forkmodel.py line 17 fails on import: ZeroDivisionError: "
+     "division by zero"),
+])
+def test_a_forks_model_that_breaks_the_interface_is_refused_at_registration_in_one_line(
+        forkmodel, monkeypatch, fields, overrides, help, words):
+    forkmodel.write_text("import dataclasses\n\n\n\n\n@dataclasses.dataclass\nclass Config:\n" + fields)   # (fields: line 8)
+    monkeypatch.setitem(config.MODELS, "fork", ("forkmodel", overrides))
+    if help:
+        monkeypatch.setitem(config.FIELD_HELP, "forkmodel", {})
+    with pytest.raises(config.UsageError) as e:
+        config.parse_args(["--model", "fork"])
+    one_line(e, "model 'fork': ", words)
+    assert not str(e.value).endswith(": ")
+
+
+def test_a_forks_model_that_keeps_the_interface_is_taken(forkmodel, monkeypatch):
+    forkmodel.write_text("import dataclasses\n\n\n@dataclasses.dataclass\nclass Config:\n" + COMMON + "    window: int = 3\n")
+    monkeypatch.setitem(config.MODELS, "fork", ("forkmodel", {"window": 4}))
+    monkeypatch.setitem(config.FIELD_HELP, "forkmodel", {"window": "tokens seen"})
+    args, given, names = config.parse_args(["--model", "fork", "--window", "5"])
+    assert args.window == 5 and names[-1] == "window" and config.model_module("fork").Config().window == 3
+
+
+def test_a_preset_row_that_names_no_flag_or_field_is_one_line(monkeypatch, tmp_path):
+    monkeypatch.setitem(config.PRESETS["cpu"], ("simpletron", "*"), {**config.PRESETS["cpu"].get(
+        ("simpletron", "*"), {}), "n_layr": 2})
+    with pytest.raises(config.UsageError) as e:
+        runsetup.settings(["--out_dir", str(tmp_path / "o")])
+    one_line(e, "config.PRESETS['cpu'] for simpletron on listops sets n_layr: a row sets train.py's flags (but model, "
+             "task, preset) and simpletron's Config fields")
+
+
+@pytest.mark.parametrize("value", ["5,x", "5,20,", "x"])
+def test_a_listops_length_that_is_no_number_is_one_line_also_in_help(value, tmp_path, capsys):
+    assert config.help_values("simpletron", "listops", "cpu", value)["block_size"] == "from --listops_len"
+    assert config.help_values("simpletron", "listops", "cpu", "5,77")["block_size"] == 77
+    with pytest.raises((config.UsageError, data.DataError)) as e:
+        train.main(["--listops_len", value, "--out_dir", str(tmp_path / "o")])
+    one_line(e, f"--listops_len expects MIN,MAX tree lengths, e.g. 500,2000, not {value!r}")
+    with pytest.raises(SystemExit):
+        train.main(["--listops_len", value, "--help"])
+    assert "the longest input sequence, idx.shape[-1] [from --listops_len]" in " ".join(capsys.readouterr().out.split())

@@ -346,6 +346,14 @@ def run_sample(*argv):
     return y, out.getvalue()
 
 
+def test_sample_py_refuses_a_model_without_generate_in_one_line(ptb_ckpt, monkeypatch):
+    monkeypatch.delattr(st.Model, "generate")                # a fork's model that left it out
+    with pytest.raises(config.UsageError) as e:
+        run_sample("--ckpt", ptb_ckpt[0], "--start", "the", "--device", "cpu")
+    assert str(e.value) == ("model 'simpletron' has no generate(idx, max_new_tokens, temperature, top_k), which "
+                            "sample.py calls (docs/architecture.md, Add a model)")
+
+
 def test_sample_py_decodes_words_with_the_training_vocabulary(ptb_ckpt, tmp_path):
     ckpt, folder = ptb_ckpt
     y, text = run_sample("--ckpt", ckpt, "--start", "the company said\nit", "--num_samples", 3,

@@ -228,6 +228,13 @@ def test_the_prepare_command_reads_the_splits_plain_files_hold(tmp_path, capsys)
         data.prepare_main("tasks.recall", argv=["--task", "mqar", "--data_dir", str(where), "--recall_vocab", "16",
                                                 "--cache_dir", str(tmp_path / "c")])
         assert capsys.readouterr().out.startswith("mqar: test 6 examples")
+    with pytest.raises(SystemExit) as e:                      # --txt writes generated examples: moot with files
+        data.prepare_main("tasks.recall", argv=["--task", "mqar", "--data_dir", str(tmp_path), "--recall_vocab", "16",
+                                                "--cache_dir", str(tmp_path / "c"), "--txt"])
+    out = capsys.readouterr()
+    assert e.value.code == 2 and out.out == "" and out.err == (
+        "error: mqar: --txt writes the generated examples as plain files; --data_dir's are plain files already\n")
+    assert os.listdir(tmp_path) == ["test.txt"]                # (nothing written: no cache either)
 
 
 def test_files_of_different_lengths_are_refused_with_each_length(tmp_path):

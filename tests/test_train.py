@@ -309,6 +309,15 @@ def test_evaluate_averages_over_examples_not_batches():
         terms += [torch.logsumexp(lg[p], 0) - lg[p, ys[p]] for p in range(4)]
     assert out["loss"] == pytest.approx(sum(terms).item() / 20, rel=1e-12) and out["n"] == 20
     assert out["ppl"] == pytest.approx(math.exp(out["loss"]), rel=1e-12) and "acc" not in out
+    # a loss past exp's range (finite weights, scaled up): perplexity inf, not an OverflowError; below it, exp
+    ones = data.LMSplit(np.ones(21, dtype=np.int64), 4)
+    for c, low, high in ((706 - math.log(9), 705.99, 706.01), (720.0, 722.1, 722.3)):
+        flat = Lookup(10, lm=True)
+        flat.table = torch.full((97, 10), c, dtype=torch.float64)
+        flat.table[:, 1] = 0.0                               # every target is 1: a loss of log(1 + 9 e^c)
+        out = train.evaluate(flat, ones, 2, "cpu", contextlib.nullcontext())
+        assert low < out["loss"] < high, out
+        assert out["ppl"] == (math.inf if out["loss"] > 709.78 else pytest.approx(math.exp(out["loss"]), rel=1e-9))
     # max_batches: that many fixed batches (the same every call: comparable across evaluations)
     a = train.evaluate(model, split, 2, "cpu", contextlib.nullcontext(), max_batches=2)
     assert a == train.evaluate(model, split, 2, "cpu", contextlib.nullcontext(), max_batches=2) and a["n"] == 16
