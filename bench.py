@@ -940,7 +940,7 @@ def read_lists(args, device):
     for m in models:
         if m not in SPEED_MODELS and m not in ATTENTION:
             raise UsageError(f"unknown model {m!r} in --models; choose from {choices}")
-        model_module(SPEED_MODELS[m][0] if m in SPEED_MODELS else "simpletron")  # UsageError if absent
+        model_module(m if m in MODELS else SPEED_MODELS[m][0] if m in SPEED_MODELS else "simpletron")  # (checked)
     lengths = int_list("lengths", args.lengths) if not args.compare_only else []
     if not models and not (args.compare_only or args.loop or args.wall):
         raise UsageError(f"--models {args.models!r} names no model; choose from {choices}")

@@ -462,3 +462,13 @@ def test_checkpointing_records_and_ratios(tmp_path):
         assert f"({r['peak_mem_mb']:.0f} / {a['peak_mem_mb']:.0f} MiB)" in memory["what"]
         assert time["ratio"] == pytest.approx(statistics.median(x / y for x, y in zip(r["ms_all"], a["ms_all"])))
         assert f"(loss difference {r['loss_diff']:.1e}, largest gradient difference {r['grad_diff']:.1e})" in time["what"]
+
+
+def test_a_forks_models_entry_with_a_misspelled_override_is_refused_as_train_py_refuses_it(tmp_path, monkeypatch):
+    import config
+    for table in (config.MODELS, bench.SPEED_MODELS):        # (bench.py times what config.MODELS names)
+        monkeypatch.setitem(table, "mini", ("simpletron", {"attenton": "softmax"}))
+    with pytest.raises(bench.UsageError) as e:
+        bench.main(["--models", "mini", "--lengths", "16", "--out", str(tmp_path / "a")])
+    assert str(e.value) == "model 'mini': config.MODELS sets attenton, which its Config has no field of"
+    assert not os.path.exists(tmp_path / "a")
