@@ -26,6 +26,7 @@ import data
 import tasks  # noqa: F401  (registers every task in data.TASKS)
 from tasks.sources import check_tokenizer
 
+
 # model name -> (module, Config overrides that make it that model)
 MODELS = {
     "simpletron": ("simpletron", {}),
@@ -508,7 +509,8 @@ def resolve(args, given, config_names, preset=None):
     unknown = (set(preset) - set(DEFAULTS) - set(config_names)) | (set(preset) & {"model", "task", "preset"})
     if unknown:                                              # (a fork's preset row with a typo)
         raise UsageError(f"config.PRESETS[{args.preset or DEFAULTS['preset']!r}] for {model} on {task} sets "
-                         f"{sorted(unknown)[0]}: a row sets train.py's flags (but model, task, preset) and {model}'s Config fields")
+                         f"{sorted(unknown)[0]}: a row sets train.py's flags (but model, task, preset) and {model}'s "
+                         "Config fields")
     for name in DEFAULTS:                                    # (model and task too: given, or the defaults)
         if name not in given:
             setattr(args, name, preset.get(name, DEFAULTS[name]))
@@ -693,7 +695,7 @@ def args_problem(a):
     paths = ("task", "data_dir", "cache_dir", "tokenizer")
     if k := next((k for k in paths if a.get(k) is not None and not isinstance(a[k], str)), None):
         return f"setting {k} is no string"
-    if k := next((k for k, v in a.items() if v is None and DEFAULTS.get(k) not in (None, "gpt2")), None):
+    if k := next((k for k, v in a.items() if v is None and DEFAULTS.get(k) is not None and k != "tokenizer"), None):
         return f"setting {k} is null, which train.py always fills"           # (the tokenizer may be none)
     return None
 
