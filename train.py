@@ -153,7 +153,7 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
         return None
     out = {"loss": total_loss / count, "n": examples if answers else count}
     if isinstance(split, data.LMSplit):
-        out["ppl"] = math.exp(out["loss"]) if out["loss"] < 709 else math.inf    # (exp overflows past 709.78)
+        out["ppl"] = math.exp(out["loss"]) if out["loss"] < 709.78 else math.inf     # (past it, exp overflows)
     else:                                                    # answers: per answer token, and per example
         out["acc"] = correct / count
     if answers:
