@@ -657,9 +657,9 @@ def commands(name, table, seeds, data_dir, bert_dir=None):
             d = run_dir(name, row, seed)
             flags = row.flags.replace("{BERT}", shlex.quote(bert_dir or "BERT_DIR")).replace("{SEED}", str(seed))
             out.append((d, f"{table.common} {flags}{extra} --seed {seed} --out_dir {d}"))
-            for label, flags in row.evals:
-                e = run_dir(name, row, seed, label)
-                out.append((e, f"--init_from {d}/ckpt.pt {flags} --seed {seed} --out_dir {e}"))
+            for label, flags in row.evals:                   # (an evaluation draws nothing: no --seed)
+                e, seeded = run_dir(name, row, seed, label), "" if "--eval_only" in flags.split() else f" --seed {seed}"
+                out.append((e, f"--init_from {d}/ckpt.pt {flags}{seeded} --out_dir {e}"))
     return out
 
 

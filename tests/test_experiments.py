@@ -5,6 +5,7 @@ import dataclasses
 import json
 import math
 import os
+import shlex
 
 import pytest
 
@@ -321,3 +322,21 @@ def test_a_rows_folder_name_by_hand():
     assert experiments.slug("  GPT (softmax), pre-LN: 2 layers!") == "gpt-softmax-pre-ln-2-layers"
     assert experiments.slug("x" * 39 + "yz") == "x" * 39 + "y"
     assert max(len(experiments.slug(r.name)) for t in experiments.TABLES.values() for r in t.rows) == 40
+
+
+def test_every_table_command_passes_train_pys_checks_of_its_flags():
+    """Each command a table runs, its evaluations of a checkpoint too, is held to train.py's own checks of flags: an
+    evaluation given a setting of training (a --seed with --eval_only) failed every held-out row after its runs."""
+    n_eval = 0
+    for name, table in experiments.TABLES.items():
+        for _, a in experiments.commands(name, table, [0, 1], None, bert_dir="BERT_DIR"):
+            if "BERT_DIR" in a:                              # (BERT's folder is read at the check: tests/test_bert.py)
+                continue
+            args, given, names = config.parse_args(shlex.split(a))
+            overrides = config.resolve(args, given, names)
+            args.transfer_from = None                        # (its checkpoint is read at the check: test_train.py)
+            config.check_args(args, set(given))
+            config.check_moot(args, set(given), config.check_config(args.model, {**config.MODELS[args.model][1],
+                                                                                 **overrides}))
+            n_eval += args.eval_only
+    assert n_eval >= 2 * (len(experiments.RECALL_ROWS) + len(experiments.DISCRETE))
