@@ -655,8 +655,8 @@ def remove_stale_temps(folder, recursive=False):
     except OSError:
         return
     for e in entries:
-        m = re.search(r"\.tmp(\d*)$", e.name)
-        if m and not pid_alive(int(m.group(1) or 0)):
+        m = re.search(r"\.tmp(\d+)$", e.name)              # (a user's notes.tmp in --cache_dir is not ours)
+        if m and not pid_alive(int(m.group(1))):
             with contextlib.suppress(OSError):
                 shutil.rmtree(e.path) if e.is_dir(follow_symlinks=False) else os.remove(e.path)
         elif recursive and e.is_dir(follow_symlinks=False):

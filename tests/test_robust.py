@@ -362,7 +362,8 @@ def test_temporary_files_of_dead_processes_are_removed_and_live_ones_kept(tmp_pa
     dead, live = dead_pid(), os.getpid()
     stale = [cache / "text" / f"local-1234-L4000.tmp{dead}", cache / f"ptb.tmp{dead}",
              cache / "pathfinder" / "generated" / f"train_000.npz.tmp{dead}", cache / f"x.tmp{10**20}"]  # (no pid)
-    kept = [cache / "text" / f"local-5678-L4000.tmp{live}", cache / "text" / "local-9999-L4000"]
+    kept = [cache / "text" / f"local-5678-L4000.tmp{live}", cache / "text" / "local-9999-L4000",
+            cache / "notes.tmp", cache / "text" / "draft.tmp"]     # (a user's, with no process id: not ours)
     for p in stale + kept:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.mkdir() if "npz" not in p.name else p.write_bytes(b"half a shard")
