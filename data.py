@@ -617,7 +617,7 @@ def source_key(paths, what=""):
             st = None
         if st is None or not stat.S_ISREG(st.st_mode):
             raise DataError(f"{p} {file_problem(p)}{what}")
-        h.update(f"{os.path.realpath(p)}|{st.st_size}|{st.st_mtime_ns}\n".encode())
+        h.update(os.fsencode(os.path.realpath(p)) + f"|{st.st_size}|{st.st_mtime_ns}\n".encode())   # (any name's bytes)
     return "local-" + h.hexdigest()[:10]
 
 

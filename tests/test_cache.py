@@ -526,6 +526,22 @@ def test_a_local_sources_key_follows_the_path_size_and_time_of_each_file(tmp_pat
     assert data.source_key([str(a)]) != key
 
 
+def test_a_text_whose_name_is_no_utf8_is_keyed_by_its_bytes_and_prepared(tmp_path):
+    """A file named in Latin-1 bytes (cafe.txt with e-acute from an old archive), given alone or in a folder: the
+    key hashes the name's bytes, as it hashes a UTF-8 name's: path|size|mtime_ns, one line a file."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for raw in (b"caf\xe9.txt", "naïve.txt".encode()):
+        p = corpus / os.fsdecode(raw)
+        p.write_text("to be, or not to be: that is the question.\n" * 20)
+        st = os.stat(p)
+        line = os.fsencode(os.path.realpath(p)) + f"|{st.st_size}|{st.st_mtime_ns}\n".encode()
+        assert data.source_key([str(p)]) == "local-" + hashlib.sha1(line).hexdigest()[:10]
+        data.load_task("textfile", cache_dir=tmp_path / "c", data_dir=str(p), tokenizer="char", block_size=8)
+    task = data.load_task("textfile", cache_dir=tmp_path / "c", data_dir=str(corpus), tokenizer="char", block_size=8)
+    assert len(task.split("train")) + len(task.split("val")) > 0
+
+
 def test_load_json_skips_a_byte_order_mark_and_refuses_deep_nesting_in_one_line(tmp_path):
     path = tmp_path / "c" / "meta.json"
     path.parent.mkdir()
