@@ -62,6 +62,7 @@ import shutil
 import signal
 import stat
 import struct
+import subprocess
 import sys
 import threading
 import zipfile
@@ -455,6 +456,14 @@ def run_main(main, *errors):
         sys.exit(130 if isinstance(e, KeyboardInterrupt) else 143)
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+def run_program(argv, cwd=None):
+    """Run another of the project's programs (python FILE ...) to its end. Its failure, which it has said on stderr
+    in one line, is a DataError naming it: the caller stops in one line too, not with a traceback."""
+    code = subprocess.run([sys.executable, *argv], cwd=cwd).returncode
+    if code:
+        raise DataError(f"{os.path.basename(argv[0])} stopped (exit status {code}); the line above says why")
 
 
 def stopped_by_pipe():

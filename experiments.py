@@ -200,7 +200,7 @@ def listops_small_heldout():
     cmd = [sys.executable, os.path.join(CODE, "experiments", "heldout_listops.py"), *shlex.split(LISTOPS_SMALL_SETTING),
            "--n", "2000", "--seed", "2026", "--out", HELDOUT]
     print("held-out trees:", " ".join(cmd[1:]), flush=True)
-    subprocess.run(cmd, cwd=ROOT, check=True)
+    data.run_program(cmd[1:], cwd=ROOT)
 
 
 def task_of(run):
@@ -301,8 +301,8 @@ def recall_heldout(task, length, pairs):
     out = heldout_dir(task, length, pairs)
     if not os.path.isfile(os.path.join(ROOT, out, "test.txt")):
         pairs_flag = [] if pairs is None else ["--recall_pairs", str(pairs)]
-        subprocess.run([sys.executable, os.path.join(CODE, "experiments", "heldout_recall.py"), task, "--recall_len",
-                        str(length), *pairs_flag, "--n", "3000", "--seed", "2026", "--out", out], cwd=ROOT, check=True)
+        data.run_program([os.path.join(CODE, "experiments", "heldout_recall.py"), task, "--recall_len", str(length),
+                          *pairs_flag, "--n", "3000", "--seed", "2026", "--out", out], cwd=ROOT)
 
 
 def recall_row(model, flags, task, length, pairs, width):

@@ -219,4 +219,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    data.run_main(main)

@@ -86,4 +86,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except OSError as e:                                     # (a folder where --out goes that is a file, say)
+        sys.exit(f"error: {e.filename or 'a file'}: {e.strerror}; check that path")

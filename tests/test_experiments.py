@@ -10,6 +10,7 @@ import shlex
 import pytest
 
 import config
+import data
 import experiments
 
 
@@ -340,3 +341,19 @@ def test_every_table_command_passes_train_pys_checks_of_its_flags():
                                                                                  **overrides}))
             n_eval += args.eval_only
     assert n_eval >= 2 * (len(experiments.RECALL_ROWS) + len(experiments.DISCRETE))
+
+
+def test_a_second_generator_that_cannot_write_stops_the_table_in_one_line(tmp_path, monkeypatch, capfd):
+    """The held-out examples' folder taken by a file: experiments/heldout_recall.py says so in one line and the
+    table stops with one line naming it (was: two tracebacks). Where it can write, the examples are made."""
+    monkeypatch.setattr(experiments, "ROOT", str(tmp_path))
+    taken = tmp_path / experiments.heldout_dir("mqar", 64, 4)
+    taken.parent.mkdir(parents=True)
+    taken.write_text("mine")
+    with pytest.raises(data.DataError, match=r"^heldout_recall\.py stopped \(exit status 1\); the line above says"):
+        experiments.recall_heldout("mqar", 64, 4)
+    err = capfd.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {experiments.heldout_dir('mqar', 64, 4)}: File exists")
+    assert taken.read_text() == "mine"
+    experiments.recall_heldout("copy", 64, 8)
+    assert len((tmp_path / experiments.heldout_dir("copy", 64, 8) / "test.txt").read_text().splitlines()) == 3000
