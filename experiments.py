@@ -703,15 +703,13 @@ def run_all(cmds, jobs):
             print(f"[{i + 1}/{len(todo)}] python train.py {a}{' --resume' * resume}", flush=True)
         while running:
             running = reap(running)
-    except (KeyboardInterrupt, data.Terminated) as e:        # Ctrl-C (each run has its own session): every run
+    except (KeyboardInterrupt, data.Terminated):             # Ctrl-C (each run has its own session): every run
         for _, p in running:                                 # stops at its next step, as train.py does on its own
             if p.poll() is None:                             # Ctrl-C, and keeps its checkpoint: the same command
                 os.killpg(p.pid, signal.SIGINT)
         for _, p in running:                                 # continues the table; no run left training alone
             p.wait()
-        if isinstance(e, data.Terminated):
-            sys.exit("stopped (SIGTERM): each run kept its checkpoint; the same command continues the table")
-        raise
+        raise                                                # (exit status 130, SIGTERM 143: data.run_main)
     if failed := [d for d, _ in cmds if not os.path.isfile(os.path.join(d, "metrics.json"))]:
         sys.exit(f"error: {len(failed)} runs did not finish; see {failed[0]}/stdout.txt")
 

@@ -735,7 +735,7 @@ def cwd_of(pid):
 
 
 @pytest.mark.parametrize("sig,status,said", [(signal.SIGINT, 130, "interrupted"),
-                                             (signal.SIGTERM, 1, "stopped (SIGTERM)")])
+                                             (signal.SIGTERM, 143, "terminated (SIGTERM)")])
 def test_ctrl_c_or_kill_while_experiments_runs_stops_its_runs_too(tmp_path, sig, status, said):
     """Ctrl-C or kill (timeout) to experiments.py alone (its runs have sessions of their own): every run it started
     stops too, none left training alone."""
