@@ -371,7 +371,8 @@ LISTOPS = dict(listops_depth="3", listops_args="2,3", listops_len="5,20", listop
 listops_flags = [a for name, value in LISTOPS.items() for a in (f"--{name}", value)]
 prepared = subprocess.run([sys.executable, "-m", "tasks.listops"] + listops_flags, capture_output=True, text=True)
 print(prepared.stdout + prepared.stderr)
-prepared.check_returncode()
+if prepared.returncode:                              # its one line above says why
+    sys.exit(f"error: python -m tasks.listops stopped (exit status {prepared.returncode})")
 
 # %% [markdown]
 # The model: 2 Euler steps, 64 wide, 4 heads, $d_t = 8$; 3,000 steps of batch 32 through the project's own
@@ -380,11 +381,20 @@ prepared.check_returncode()
 # %%
 import train                                          # noqa: E402 (the project's training program)
 
+
+def train_main(argv):
+    """train.main(argv), with a bad flag or folder one line as on the command line, not a traceback."""
+    try:
+        return train.main(argv)
+    except (train.UsageError, train.data.DataError) as e:
+        sys.exit(f"error: {e}")
+
+
 flags = ["--model", "diffeqformer", "--task", "listops", "--n_layer", "2", "--n_head", "4", "--n_embd", "64",
          "--time_dim", "8", "--max_iters", "3000", "--batch_size", "32", "--lr", "1e-3", "--warmup", "100",
          "--eval_interval", "1000", "--log_interval", "500", "--seed", "0",
          "--out_dir", "out/tour-diffeqformer", "--overwrite", "true"]
-metrics = train.main(flags + listops_flags)
+metrics = train_main(flags + listops_flags)
 
 # %% [markdown]
 # The loss curve, from `log.jsonl` (one JSON record per step; the evaluations add `val_loss` records):
@@ -468,10 +478,10 @@ plt.show()
 # trains the 8 blocks (all their weights; `--lora_rank r` trains LoRA adapters instead). 500 steps:
 
 # %%
-tuned = train.main(["--init_from", "out/tour-diffeqformer/ckpt.pt", "--steps", "8", "--max_iters", "500",
-                    "--batch_size", "32", "--lr", "1e-3", "--warmup", "50", "--eval_interval", "500",
-                    "--log_interval", "250", "--seed", "0", "--out_dir", "out/tour-diffeqformer-8",
-                    "--overwrite", "true"] + listops_flags)
+tuned = train_main(["--init_from", "out/tour-diffeqformer/ckpt.pt", "--steps", "8", "--max_iters", "500",
+                   "--batch_size", "32", "--lr", "1e-3", "--warmup", "50", "--eval_interval", "500",
+                   "--log_interval", "250", "--seed", "0", "--out_dir", "out/tour-diffeqformer-8",
+                   "--overwrite", "true"] + listops_flags)
 print(f"test accuracy: trained with 2 steps {metrics['test_acc']:.1%}; discretize(8) before fine-tuning "
       f"{acc[n_steps.index(8)]:.1%}; after 500 steps of fine-tuning {tuned['test_acc']:.1%}")
 

@@ -494,7 +494,7 @@ def train_py(*flags):
         for line in p.stdout:
             print(line, end="", flush=True)
     if p.returncode:
-        raise RuntimeError(f"train.py stopped with exit status {p.returncode}")
+        sys.exit(f"error: train.py stopped (exit status {p.returncode}); its line above says why")
 
 
 STEPS = 3000

@@ -533,11 +533,15 @@ LISTOPS = ["--listops_depth", "3", "--listops_args", "2,3", "--listops_len", "5,
            "--listops_sizes", "20000,1000,1000"]
 prepared = subprocess.run([sys.executable, "-m", "tasks.listops", *LISTOPS], capture_output=True, text=True)
 print(prepared.stdout + prepared.stderr, end="")   # once; later runs find data/
-prepared.check_returncode()
+if prepared.returncode:                              # its one line above says why
+    sys.exit(f"error: python -m tasks.listops stopped (exit status {prepared.returncode})")
 OUT = os.path.join("out", "tour-transject")
-train.main(["--model", "transject", "--task", "listops", *LISTOPS, "--max_iters", "4000", "--batch_size", "32",
-            "--eval_interval", "500", "--log_interval", "500", "--pool", "max", "--seed", "0",
-            "--out_dir", OUT, "--overwrite", "true"])
+try:                                               # a bad flag or folder: one line, as on the command line
+    train.main(["--model", "transject", "--task", "listops", *LISTOPS, "--max_iters", "4000", "--batch_size", "32",
+                "--eval_interval", "500", "--log_interval", "500", "--pool", "max", "--seed", "0",
+                "--out_dir", OUT, "--overwrite", "true"])
+except (train.UsageError, data.DataError) as e:
+    sys.exit(f"error: {e}")
 
 # %% [markdown]
 # `log.jsonl` holds one record per step (train loss, accuracy of the batch) and one per evaluation
