@@ -87,6 +87,9 @@ def model_module(name):
         file, line = (e.filename, e.lineno) if isinstance(e, SyntaxError) else (ours or [(origin or "?", "?")])[-1]
         raise UsageError(f"model {name!r}: {os.path.basename(file)} line {line} fails on import: {type(e).__name__}: "
                          f"{data.one_line(str(e), 200)}") from None
+    if missing := next((k for k in ("Config", "Model") if not isinstance(getattr(module, k, None), type)), None):
+        raise UsageError(f"model {name!r}: {MODELS[name][0]}.py has no class {missing} (a model file holds Config, a "
+                         "dataclass, and Model(config): docs/architecture.md)")
     fields = dataclasses.fields(module.Config)
     problems = [f"its Config field {f.name} has the name of train.py's flag --{f.name}; rename the field (docs/"
                 "architecture.md lists the names that are taken)" for f in fields if f.name in (*DEFAULTS, "help")]

@@ -400,10 +400,13 @@ def forkmodel(tmp_path, monkeypatch):
     (COMMON + "    window: int = (\n", {}, True, "forkmodel.py line 17 fails on import: SyntaxError: "),
     (COMMON + "    window: int = 1 / 0\n", {}, True, "forkmodel.py line 17 fails on import: ZeroDivisionError: "
      "division by zero"),
+    (COMMON + "\n\nclass GPT:\n    pass\n", {}, True, "forkmodel.py has no class Model (a model file holds Config, a "
+     "dataclass, and Model(config): docs/architecture.md)"),                     # (nanoGPT's class name kept)
 ])
 def test_a_forks_model_that_breaks_the_interface_is_refused_at_registration_in_one_line(
         forkmodel, monkeypatch, fields, overrides, help, words):
-    forkmodel.write_text("import dataclasses\n\n\n\n\n@dataclasses.dataclass\nclass Config:\n" + fields)   # (fields: line 8)
+    forkmodel.write_text("import dataclasses\n\n\n\n\n@dataclasses.dataclass\nclass Config:\n" + fields   # (fields: line 8)
+                         + "\n\n\nclass Model:\n    pass\n" * ("class GPT" not in fields))
     monkeypatch.setitem(config.MODELS, "fork", ("forkmodel", overrides))
     if help:
         monkeypatch.setitem(config.FIELD_HELP, "forkmodel", {})
@@ -414,7 +417,8 @@ def test_a_forks_model_that_breaks_the_interface_is_refused_at_registration_in_o
 
 
 def test_a_forks_model_that_keeps_the_interface_is_taken(forkmodel, monkeypatch):
-    forkmodel.write_text("import dataclasses\n\n\n@dataclasses.dataclass\nclass Config:\n" + COMMON + "    window: int = 3\n")
+    forkmodel.write_text("import dataclasses\n\n\n@dataclasses.dataclass\nclass Config:\n" + COMMON + "    window: int = 3\n"
+                         "\n\nclass Model:\n    pass\n")
     monkeypatch.setitem(config.MODELS, "fork", ("forkmodel", {"window": 4}))
     monkeypatch.setitem(config.FIELD_HELP, "forkmodel", {"window": "tokens seen"})
     args, given, names = config.parse_args(["--model", "fork", "--window", "5"])
