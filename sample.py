@@ -17,6 +17,7 @@ DiffEqFormer with a KV cache; a model sees at most its block_size last tokens (s
 """
 
 import argparse
+import inspect
 import math
 import os
 import signal
@@ -78,13 +79,18 @@ def check(args):
         raise UsageError(f"{args.ckpt} is a classifier (head {head}, task {ckpt['args'].get('task')}); sample.py "
                          "needs a language model: a checkpoint of ptb, wikitext103, openwebtext or textfile")
     model = model_of_checkpoint(ckpt, args.ckpt)             # (its config checked before the tokenizer reads it)
-    if not callable(getattr(model, "generate", None)):       # (a fork's model without it)
+    generate = getattr(model, "generate", None)              # (a fork's model without it, or without top_k)
+    if not callable(generate) or not {"temperature", "top_k"} <= set(inspect.signature(generate).parameters):
         raise UsageError(f"model {ckpt['model_name']!r} has no generate(idx, max_new_tokens, temperature, top_k), "
                          "which sample.py calls (docs/architecture.md, Add a model)")
     tok, n = tokenizer_of(ckpt, args.data_dir)
     if n < model.config.vocab_size:                          # ids no text has (--vocab_size 50304): never drawn
-        model.lm_head.register_forward_hook(lambda m, i, logits: logits.index_fill(-1, torch.arange(
-            n, model.config.vocab_size, device=logits.device), float("-inf")))
+        mask = lambda logits: logits.index_fill(-1, torch.arange(n, model.config.vocab_size, device=logits.device),
+                                                float("-inf"))   # noqa: E731
+        if isinstance(getattr(model, "lm_head", None), torch.nn.Module):
+            model.lm_head.register_forward_hook(lambda m, i, logits: mask(logits))
+        else:                                                # (a fork's output layer of another name: its forward's)
+            model.register_forward_hook(lambda m, i, out: (mask(out[0]), *out[1:]))
     ids = tok.encode(prompt)
     if not ids:
         raise UsageError("--start is empty: give at least one token of text")

@@ -346,8 +346,12 @@ def run_sample(*argv):
     return y, out.getvalue()
 
 
-def test_sample_py_refuses_a_model_without_generate_in_one_line(ptb_ckpt, monkeypatch):
-    monkeypatch.delattr(st.Model, "generate")                # a fork's model that left it out
+@pytest.mark.parametrize("generate", [None, lambda self, idx, max_new_tokens, temperature=1.0: idx])
+def test_sample_py_refuses_a_model_without_generate_in_one_line(ptb_ckpt, monkeypatch, generate):
+    if generate is None:
+        monkeypatch.delattr(st.Model, "generate")            # a fork's model that left it out
+    else:
+        monkeypatch.setattr(st.Model, "generate", generate)  # or whose generate takes no top_k
     with pytest.raises(config.UsageError) as e:
         run_sample("--ckpt", ptb_ckpt[0], "--start", "the", "--device", "cpu")
     assert str(e.value) == ("model 'simpletron' has no generate(idx, max_new_tokens, temperature, top_k), which "
@@ -420,7 +424,24 @@ def test_sample_py_textfile(tokenizer, tmp_path):
     assert out == "".join(f"{s}\n---------------\n" for s in decoded)
 
 
-def test_a_run_with_more_ids_than_its_text_samples_and_fine_tunes_its_texts_ids_alone(tmp_path):
+class OutputNamedOut(torch.nn.Module):
+    """A fork's language model whose output layer is not named lm_head, with nanoGPT's generate (self(idx) a step)."""
+    def __init__(self, model):
+        super().__init__()
+        self.inner, self.config = model, model.config
+
+    def forward(self, idx, targets=None):
+        return self.inner(idx, targets)
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -self.config.block_size:])
+            idx = torch.cat([idx, torch.multinomial(torch.softmax(logits[:, -1] / temperature, -1), 1)], 1)
+        return idx
+
+
+def test_a_run_with_more_ids_than_its_text_samples_and_fine_tunes_its_texts_ids_alone(tmp_path, monkeypatch):
     """--vocab_size above the task's (nanoGPT's 50304): the ids no text has are never drawn, and the checkpoint
     fine-tunes on its task; a vocabulary larger than the model's is refused."""
     (tmp_path / "t.txt").write_text("to be, or not to be: that is the question.\n" * 40)
@@ -431,6 +452,11 @@ def test_a_run_with_more_ids_than_its_text_samples_and_fine_tunes_its_texts_ids_
                         "--max_new_tokens", 60, "--temperature", "5", "--top_k", "0", "--device", "cpu")
     n = len(set("to be, or not to be: that is the question.\n")) + 1    # the characters and the padding id 0
     assert 0 < y.max() < n and len(out) > 8 * 60
+    with monkeypatch.context() as m:                         # a fork's model without lm_head: its forward's logits
+        m.setattr(sample, "model_of_checkpoint", lambda *a: OutputNamedOut(config.model_of_checkpoint(*a)))
+        y, _ = run_sample("--ckpt", tmp_path / "run" / "ckpt.pt", "--start", "to", "--num_samples", 8,
+                          "--max_new_tokens", 60, "--temperature", "5", "--top_k", "0", "--device", "cpu")
+        assert 0 < y.max() < n and y.shape == (8, 2 + 60)
     ft = train.main([str(a) for a in [*common, "--init_from", tmp_path / "run" / "ckpt.pt", "--out_dir", tmp_path / "ft"]])
     assert ft["config"]["vocab_size"] == 200
     (tmp_path / "u.txt").write_text("to be, or not to be: that is the question?!\n" * 40)   # one more character
