@@ -52,7 +52,7 @@ from measure import (count_flops, crossover, interleaved_rounds, matmul_rate, ma
                      peak_flops, peak_memory, quadratic, rss_mb, step_cost, timed)
 from runsetup import precision  # noqa: E402
 from config import (MODELS, Parser, UsageError, build_model, check_device, check_value, int_list,  # noqa: E402
-                    load_checkpoint, machine as machine_name, model_module, pick_device)
+                    load_checkpoint, machine as machine_name, model_module, pick_device, unused_fields)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -951,7 +951,8 @@ def read_lists(args, device):
                      f"which --models {args.models} has not; leave it out" for f, used, what in (   # (no model has it)
                          ("checkpointing", whole, alone + "blocks)"), ("n_layer", whole, alone + "layers)"),
                          ("vocab", whole, alone + "embedding)"), ("head", whole, alone + "head)"),
-                         ("n_head", set(models) - {"transject"}, "heads (TransJect has none)"),
+                         ("n_head", [m for m in models if "n_head" not in unused_fields(SPEED_MODELS.get(m, (m,))[0])],
+                          "heads (TransJect has none)"),
                          ("time_dim", set(models) & {"diffeqformer"}, "--models diffeqformer"))
                      if models and f in args.typed and not used), None):
         raise UsageError(moot)

@@ -275,6 +275,12 @@ MOOT_WITH_FILES = {name: fn.generated_only for name, fn in data.TASKS.items() if
 # Config fields a model keeps for the common interface but does not use: no flags of that model
 UNUSED_FIELDS = {"transject": {"n_head": "TransJect has no attention heads (its --n_experts take their place)"}}
 
+
+def unused_fields(name):
+    """The common fields that a model's file leaves unused (TransJect's n_head), by its file: a second name for a
+    model in MODELS (a fork's) too."""
+    return UNUSED_FIELDS.get(MODELS[name][0] if name in MODELS else name, {})
+
 # What each Config field means (--help): nanoGPT's common fields, then each model file's own, as commented there
 COMMON_FIELDS = {
     "vocab_size": "token ids 0..vocab_size-1, id 0 is padding",
@@ -459,7 +465,7 @@ def parse_args(argv, description=None):
     for name, typ, default, help in FLAGS:
         p.add_argument(f"--{name}", default=None, help=f"{help} [{shown.get(name, default)}]",
                        **(dict(type=to_bool, nargs="?", const=True) if typ is bool else dict(type=typ)))
-    meaning, unused = {**COMMON_FIELDS, **FIELD_HELP[MODELS[model_name][0]]}, UNUSED_FIELDS.get(model_name, {})
+    meaning, unused = {**COMMON_FIELDS, **FIELD_HELP[MODELS[model_name][0]]}, unused_fields(model_name)
     group = p.add_argument_group(
         f"model ({model_name}) Config fields; [the value for task {shown['task']}, preset {shown['preset']}]")
     for f in config_fields:

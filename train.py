@@ -48,7 +48,7 @@ from tqdm import tqdm  # noqa: E402
 import data  # noqa: E402
 import rundir  # noqa: E402
 import simpletron  # noqa: E402
-from config import TASK_FLAGS, UNUSED_FIELDS, UsageError, load_checkpoint, machine  # noqa: E402
+from config import TASK_FLAGS, UsageError, load_checkpoint, machine, unused_fields  # noqa: E402
 from ddp import Distributed, build_every_split, step_seed, training_model  # noqa: E402
 from measure import keep_freed_memory  # noqa: E402
 from runsetup import (build_run_model, check_prefixes, fit_to_task, load_weights, precision, rescale_batch,  # noqa: E402
@@ -441,7 +441,7 @@ def open_task(args, config_dict, dist):
 def model_line(args, dist, model):
     """One screen line: the model, task, device, size and shape (the full config is in ckpt.pt and metrics.json)."""
     shown = [k for k in ("n_layer", "n_head", "n_embd", "block_size", "vocab_size")
-             if k not in UNUSED_FIELDS.get(args.model, {})]            # (TransJect has no heads)
+             if k not in unused_fields(args.model)]                    # (TransJect has no heads)
     shape = " ".join(f"{k} {getattr(model.config, k)}" for k in shown)
     where = f"{args.device}{f' x {dist.world} processes' if dist.on else ''}"
     size = sum(p.numel() for p in model.parameters()) / 1e6

@@ -14,6 +14,7 @@ import time
 import pytest
 import torch
 
+import bench
 import config
 import data
 import rundir
@@ -757,3 +758,19 @@ def test_a_ckpt_pt_without_its_best_record_is_refused_not_its_best_pt_forgotten(
     with pytest.raises(train.UsageError) as e:
         run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
     one_line(e, "ckpt.pt is not a train.py checkpoint (it needs model_name, config, model, args, optimizer, iter, best")
+
+
+def test_a_forks_second_name_for_transject_has_no_heads_either(tmp_path, monkeypatch):
+    """A field a model's file leaves unused is found by the file, not the name: config.MODELS's 'tj2' (TransJect with
+    2 experts) refuses --n_head as 'transject' does, in train.py and bench.py."""
+    monkeypatch.setitem(config.MODELS, "tj2", ("transject", {"n_experts": 2}))
+    monkeypatch.setitem(bench.SPEED_MODELS, "tj2", ("transject", {"n_experts": 2}))
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises(train.UsageError) as e:
+        run("--model", "tj2", "--n_head", "4", "--out_dir", tmp_path / "o", "--cache_dir", tmp_path / "c")
+    one_line(e, "--n_head: TransJect has no attention heads (its --n_experts take their place); it is no setting of "
+                "--model tj2")
+    with pytest.raises(bench.UsageError) as e:
+        bench.main(["--models", "tj2", "--n_head", "4", "--out", str(tmp_path / "b"), "--device", "cpu"])
+    assert str(e.value) == ("--n_head 4: it acts only with heads (TransJect has none), which --models tj2 has not; "
+                            "leave it out")
