@@ -71,9 +71,8 @@ def speed_model(name, length, args, **extra):
     module, overrides = SPEED_MODELS[name]
     fields = {f.name for f in dataclasses.fields(model_module(module).Config)}
     cfg = {**overrides, "vocab_size": args.vocab, "block_size": length, "n_layer": args.n_layer, "n_head": args.n_head,
-           "n_embd": args.n_embd, "dropout": 0.0, "bias": True, "head": args.head, "n_classes": 10, **extra}
-    if args.time_dim:
-        cfg["time_dim"] = args.time_dim
+           "n_embd": args.n_embd, "dropout": 0.0, "bias": True, "head": args.head, "n_classes": 10,
+           **({"time_dim": args.time_dim} if args.time_dim else {}), **extra}
     return build_model(module, {k: v for k, v in cfg.items() if k in fields})
 
 
@@ -967,6 +966,9 @@ def read_lists(args, device):
         raise UsageError(f"--compile times whole models; --models names {alone[0]}, an attention alone: leave it out")
     if args.generate and not set(models) & set(MODELS):
         raise UsageError(f"--generate times whole models ({', '.join(MODELS)}), and --models names none")
+    if lacking := [m for m in models if args.generate and m in MODELS and not {"prefill", "decode"} <= set(dir(
+            model_module(m).Model))]:                        # (a fork's model: docs/architecture.md, Add a model)
+        raise UsageError(f"--generate times model.prefill and model.decode, which {lacking[0]} has not: leave it out")
     nano = load_nanogpt(args.nanogpt) if args.nanogpt else None
     if args.clock == "cpu" and device != "cpu":
         raise UsageError("--clock is wall, or cpu (CPU time; on a CPU device only)")

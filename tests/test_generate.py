@@ -469,6 +469,15 @@ def test_a_run_with_more_ids_than_its_text_samples_and_fine_tunes_its_texts_ids_
 # ----------------------------------------------------------------------------------------------
 # bench.py --generate (records, not times: no test is timed)
 
+def test_bench_generate_refuses_a_model_without_prefill_and_decode_before_any_timing(tmp_path, monkeypatch):
+    """A fork's model with generate alone (nanoGPT's): --generate times model.prefill and model.decode."""
+    monkeypatch.delattr(st.Model, "decode")
+    with pytest.raises(bench.UsageError) as e:
+        bench.main(["--out", str(tmp_path / "o"), "--lengths", "", "--generate", "--models", "softmax,transject"])
+    assert str(e.value) == "--generate times model.prefill and model.decode, which softmax has not: leave it out"
+    assert not (tmp_path / "o").exists()
+
+
 def test_speed_generate_records(tmp_path):
     out = tmp_path / "speed"
     bench.main(["--out", str(out), "--lengths", "", "--generate", "--contexts", "8,24", "--new_tokens", "2",
