@@ -79,6 +79,7 @@ class DataError(Exception):
 
 TASKS = {}
 CLASHES = {}                    # name -> (module, module): a task name registered twice
+UNFIT = {}                      # name -> why its loader cannot be called as train.py calls it
 
 
 def task(name, help=None, generated_only=()):
@@ -94,6 +95,9 @@ def task(name, help=None, generated_only=()):
             CLASHES.setdefault(name, (TASKS[name].__module__, fn.__module__))    # (and tasks/__init__ says so)
         else:
             TASKS[name] = fn
+        if not any(p.kind == p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values()):
+            UNFIT.setdefault(name, f"its loader {fn.__name__}() in {fn.__module__} takes no **_, and train.py "
+                             "passes it every task's settings (seed, tokenizer, ...): end its parameters with **_")
         return fn
     return register
 
@@ -377,12 +381,18 @@ class Task:
         return name in self.loaders
 
     def check(self, name, split, source):
-        """A loaded classification split, checked: it has examples, and labels below n_classes. (Token ids are
-        in range by construction; language-model splits check their windows; generated splits need nothing.)"""
+        """A loaded split, checked: a classification split has examples, and labels below n_classes; the token ids
+        of one held in memory (a fork's task) are below vocab_size. (The ids of a cached file are in range by
+        construction; language-model splits check their windows; generated splits need nothing.)"""
         if isinstance(split, ClassificationSplit):
             if not len(split):
                 raise DataError(f"{source} gives no examples for the {name} split of {self.name}")
             check_labels(split.labels, self.n_classes, f"{source} ({name} split)")
+        ids = {ClassificationSplit: "tokens", AnswerSplit: "x", LMSplit: "stream"}.get(type(split))
+        ids = None if ids is None or isinstance(getattr(split, ids), np.memmap) else np.asarray(getattr(split, ids))
+        if ids is not None and ids.size and (top := int(ids.max()) + getattr(split, "offset", 0)) >= self.vocab_size:
+            raise DataError(f"{source} ({name} split) holds token id {top}, and task {self.name}'s vocab_size is "
+                            f"{self.vocab_size} (ids 0 to {self.vocab_size - 1}, 0 the padding): count every id")
         return split
 
     def open(self, training=True):

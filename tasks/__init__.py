@@ -9,16 +9,26 @@ This package, which Python imports before it runs X, says so in one line if X ha
 
 import importlib
 import importlib.util
+import os
 import re
 import signal
 import sys
+import traceback
 import warnings
 
 if sys.argv[0] == "-m":                                      # python -m tasks.X: Ctrl-C while torch loads stops at
     signal.signal(signal.SIGINT, signal.SIG_DFL)             # once, quietly (data.run_main reports it once running)
 
 import data  # noqa: E402
-from tasks import image, listops, listops_rules, lm, pathfinder, recall, retrieval, text  # noqa: E402,F401  (register)
+
+try:                                                         # (registers every task)
+    from tasks import image, listops, listops_rules, lm, pathfinder, recall, retrieval, text  # noqa: E402,F401
+except Exception as e:                                       # a fork's module that fails on import: where, and why
+    frame = traceback.extract_tb(e.__traceback__)[-1]
+    file, line, why = (e.filename, e.lineno, e.msg) if isinstance(e, SyntaxError) else (frame.filename, frame.lineno, e)
+    print(f"error: {os.path.relpath(file)} line {line} fails on import: {type(e).__name__}: {data.one_line(why, 200)}",
+          file=sys.stderr)
+    sys.exit(2)
 
 # the order in which train.py --help lists them: LRA's five, then the short texts, then language modelling, then
 # the recall tasks; a task not named here (a new one) comes after them
@@ -30,10 +40,11 @@ def in_order(names):
     return sorted(names, key=lambda n: ORDER.index(n) if n in ORDER else len(ORDER))
 
 
-if data.CLASHES:                                             # a name two modules register: one line, before any work
-    name, (first, second) = next(iter(data.CLASHES.items()))
-    print(f"error: task {name!r} is registered by {first} and by {second}: give one of them another name",
-          file=sys.stderr)
+problems = [f"task {name!r} is registered by {first} and by {second}: give one of them another name"
+            for name, (first, second) in data.CLASHES.items()]
+problems += [f"task {name!r}: {why}" for name, why in data.UNFIT.items()]
+if problems:                                                 # a fork's mistake: one line, before any work
+    print(f"error: {problems[0]}", file=sys.stderr)
     sys.exit(2)
 data.TASKS.update({name: data.TASKS.pop(name) for name in in_order(list(data.TASKS))})
 

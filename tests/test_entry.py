@@ -679,6 +679,27 @@ def test_a_task_name_two_modules_register_is_one_line_before_any_work(tmp_path):
     assert not os.path.exists(repo / "o") and not os.path.exists(repo / "data")
 
 
+@pytest.mark.parametrize("change,said", [
+    (("\n@task", "\n@task(\n"), "error: tasks/zebra.py line 6 fails on import: SyntaxError: '(' was "
+     "never closed\n"),
+    (("block_size=4, **_)", "block_size=4)"), "error: task 'zebra': its loader zebra() in tasks.zebra takes no **_, "
+     "and train.py passes it every task's settings (seed, tokenizer, ...): end its parameters with **_"),
+    (('"lm", 8,', '"lm", 6,'), "error: the train split of zebra (train split) holds token id 6, and task zebra's "
+     "vocab_size is 6 (ids 0 to 5, 0 the padding): count every id")])
+def test_a_forks_task_module_that_breaks_the_interface_is_one_line_before_any_step(change, said, tmp_path):
+    """A syntax error in the new module, a loader without **_ (train.py passes every task flag), ids past the
+    vocab_size the task declares (the padding id forgotten): one line naming the module, not a traceback."""
+    repo = copy_of_the_project(tmp_path)
+    (repo / "tasks" / "zebra.py").write_text(ZEBRA.replace(*change))
+    init = (repo / "tasks" / "__init__.py").read_text()
+    (repo / "tasks" / "__init__.py").write_text(init.replace("text  # noqa: E402", "text, zebra  # noqa: E402"))
+    p = subprocess.run([sys.executable, "train.py", "--task", "zebra", "--block_size", "4", "--n_layer", "1",
+                        "--n_embd", "8", "--n_head", "1", "--max_iters", "1", "--out_dir", "o"], cwd=repo,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "Traceback" not in p.stderr and p.stderr.startswith(said), p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "step 1" not in p.stdout
+
+
 def test_data_task_keeps_the_first_of_two_modules_and_records_the_clash(monkeypatch):
     monkeypatch.setattr(data, "TASKS", {})
     monkeypatch.setattr(data, "CLASHES", {})
