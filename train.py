@@ -287,7 +287,11 @@ def train_step(run, train_model, train, kind, it):
         last = micro == args.grad_accum - 1                  # DDP: gradients averaged after the last micro-batch
         with contextlib.nullcontext() if last or not dist.on else train_model.no_sync():
             with run.autocast:
-                logits, loss = train_model(x, y)
+                out = train_model(x, y)
+            if not (isinstance(out, tuple) and len(out) == 2):   # (a fork's model: the interface is nanoGPT's)
+                raise UsageError(f"model {args.model}'s forward returned {type(out).__name__}, not (logits, loss): "
+                                 "return both, as docs/architecture.md says")
+            logits, loss = out
             run.scaler.scale(loss / args.grad_accum).backward()   # (float16: times the scale)
         loss_sum += loss.item() / args.grad_accum
         if logits.dim() == 2:

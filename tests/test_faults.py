@@ -774,3 +774,14 @@ def test_a_forks_second_name_for_transject_has_no_heads_either(tmp_path, monkeyp
         bench.main(["--models", "tj2", "--n_head", "4", "--out", str(tmp_path / "b"), "--device", "cpu"])
     assert str(e.value) == ("--n_head 4: it acts only with heads (TransJect has none), which --models tj2 has not; "
                             "leave it out")
+
+
+def test_a_forks_forward_that_returns_the_logits_alone_is_one_line_at_the_first_step(lra, tmp_path, monkeypatch,
+                                                                                       capsys):
+    forward = simpletron.Model.forward
+    monkeypatch.setattr(simpletron.Model, "forward", lambda self, idx, targets=None: forward(self, idx, targets)[0])
+    with pytest.raises(train.UsageError) as e:
+        run("--data_dir", lra, *TINY, "--max_iters", "2", "--out_dir", tmp_path / "o")
+    one_line(e, "model simpletron's forward returned Tensor, not (logits, loss): return both, as "
+                "docs/architecture.md says")
+    assert "step 1" not in capsys.readouterr().out
