@@ -59,7 +59,6 @@ ROOT = os.path.dirname(os.path.abspath(__file__))
 
 # ----------------------------------------------------------------------------------------------
 # What is timed: a model's training step and inference forward, one attention alone, nanoGPT's GPT
-
 # the models of train.py, and the softmax Transformer with its attention scores written out (TransJect's Table 4)
 SPEED_MODELS = {**MODELS, "softmax_naive": ("simpletron", {"attention": "softmax_naive", "variant": "vanilla"})}
 
@@ -186,7 +185,6 @@ NANOGPT_CPU = dict(n_layer=4, n_head=4, n_embd=128, block_size=64, batch=12, voc
 
 # ----------------------------------------------------------------------------------------------
 # The benchmark: every configuration, timed in interleaved rounds, then its FLOPs and peak memory
-
 def length_configs(args, device, models, lengths):
     """(record, steps, mode) of every model at every length: its training step and inference forward (only the
     forward with --infer_only), and with --checkpointing the training step of a copy that recomputes its blocks."""
@@ -247,7 +245,7 @@ def check_sizes(args, device, models, lengths):
     """Before any work, one line if the benchmark cannot run: the largest training step's memory, from step_cost at
     three short lengths (a + b L + c L^2), against the memory free here, and the whole benchmark's FLOPs at this
     machine's matmul rate against --max_minutes."""
-    lengths = sorted({*lengths, *(contexts := getattr(args, "context_list", []))})
+    steps, lengths = lengths, sorted({*lengths, *(contexts := getattr(args, "context_list", []))})
     if not lengths or not models:
         return
     kind = torch.device(device).type
@@ -271,6 +269,10 @@ def check_sizes(args, device, models, lengths):
     seconds += args.repeats * 2 * matmul_size(device, args.dtype) ** 3 * 20 / rate     # each round's matmul_rate (20 products)
     # --generate's decode steps: >= 0.1 ms a layer each (~20 operations at >= 5 us; 0.5 ms measured, 1 thread)
     seconds += (args.repeats + 1) * len(contexts) * len(models) * args.new_tokens * 1e-4 * args.n_layer
+    if not args.infer_only and (steps or args.nanogpt or not args.generate):   # nanoGPT's configuration (as timed):
+        c = NANOGPT_CPU                                      # --inner steps of 6 x params x tokens FLOPs a round
+        seconds += (args.repeats + 1) * args.inner * (1 + bool(args.nanogpt)) * 6 * c["batch"] * c["block_size"] * (
+            12 * c["n_layer"] * c["n_embd"] ** 2 + c["vocab"] * c["n_embd"]) / rate
     if seconds > 60 * args.max_minutes:
         raise UsageError(f"this benchmark would take about {seconds / 60:,.{0 if seconds >= 60 else 2}f} minutes here "
                          f"(--max_minutes {args.max_minutes:g}): use shorter --lengths, fewer --models or --repeats"
@@ -481,7 +483,6 @@ def compile_records(args, device, models, lengths):
 # ----------------------------------------------------------------------------------------------
 # --loop and --wall: the user's path. train.py's own loop beside the bare step of the same model on the same
 # batches; the wall time of the README's commands, split into its parts
-
 # the README's quickstart (its recipe) and main command (tests/test_bench.py holds them to the README)
 USER_RUNS = {"quickstart": "@recipes/quickstart.txt", "main": "--model simpletron --task listops"}
 RUN_STEPS = {"quickstart": 1000, "main": 1500}               # their --max_iters (the main command's: its preset's)
@@ -669,7 +670,6 @@ def run_user(args, device, models, lengths):
 
 # ----------------------------------------------------------------------------------------------
 # --generate: milliseconds per new token against the context length
-
 def generation_steps(model, batch, context, new_tokens, vocab, device):
     """(prefill, decode) closures: prefill reads a fixed random prompt of `context` tokens into a new state;
     decode runs new_tokens steps of model.decode on that state (fixed random tokens: the cost is what counts)."""
@@ -733,7 +733,6 @@ def generation_ratios(records, models, contexts):
 
 # ----------------------------------------------------------------------------------------------
 # The table and the plots
-
 def machine_lines(machine):
     """The machine, the clock and the matmul rate measured in the run: the lines above every table."""
     clock = "CPU time of the process" if machine["clock"] == "cpu" else "wall time"
@@ -863,7 +862,6 @@ def plot_generate(records, out, machine):
 
 # ----------------------------------------------------------------------------------------------
 # Command line
-
 def parse(argv):
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out/analysis", help="folder for speed.json, speed.md and the plots")
@@ -964,8 +962,9 @@ def read_lists(args, device):
         raise UsageError(f"--n_embd {args.n_embd} is not a multiple of --n_head {args.n_head} (the heads' width)")
     if args.compile and (alone := [m for m in models if m in ATTENTION]):
         raise UsageError(f"--compile times whole models; --models names {alone[0]}, an attention alone: leave it out")
-    if args.generate and not set(models) & set(MODELS):
-        raise UsageError(f"--generate times whole models ({', '.join(MODELS)}), and --models names none")
+    if args.generate and (odd := [m for m in models if m not in MODELS]) and (not lengths or odd == models):
+        raise UsageError(f"--generate times whole models ({', '.join(MODELS)}), not {odd[0]}, which only the step "
+                         "benchmark times (--lengths): leave it out")
     if lacking := [m for m in models if args.generate and m in MODELS and not {"prefill", "decode"} <= set(dir(
             model_module(m).Model))]:                        # (a fork's model: docs/architecture.md, Add a model)
         raise UsageError(f"--generate times model.prefill and model.decode, which {lacking[0]} has not: leave it out")

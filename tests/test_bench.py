@@ -156,8 +156,11 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
                                                                           "3 (the heads' width)"),
     (["--models", "causal_simple_attention", "--head", "cls"], "--head cls: it acts only with whole models (an "
                                                                 "attention alone has no head), which --models"),
+    (["--generate", "--lengths", "", "--models", "softmax_naive,simpletron"], "not softmax_naive, which only the step "
+                                                                                 "benchmark times (--lengths)"),
     (["--generate", "--lengths", "", "--models", "simple_attention,softmax_attention"],
-     "--generate times whole models (simpletron, softmax, transject, diffeqformer), and --models names none"),
+     "--generate times whole models (simpletron, softmax, transject, diffeqformer), not simple_attention, which only "
+     "the step benchmark times (--lengths): leave it out"),
     (["--infer_only", "--checkpointing"], "--checkpointing: it acts only with training steps at --lengths (not "
                                           "--infer_only); leave it out"),
     (["--compare_only", "--infer_only"], "--compare_only: it acts only with training steps of the step benchmark (not "
@@ -473,3 +476,24 @@ def test_a_forks_models_entry_with_a_misspelled_override_is_refused_as_train_py_
         bench.main(["--models", "mini", "--lengths", "16", "--out", str(tmp_path / "a")])
     assert str(e.value) == "model 'mini': config.MODELS sets attenton, which its Config has no field of"
     assert not os.path.exists(tmp_path / "a")
+
+
+def test_the_time_estimate_counts_nanogpts_configuration_and_its_inner_steps(monkeypatch):
+    """nanoGPT's CPU configuration, timed each round --inner steps (and warmed up once): 6 x parameters x tokens
+    FLOPs a step at the machine's matmul rate, here fixed, beside each round's matmul products."""
+    monkeypatch.setattr(bench, "matmul_rate", lambda *a, **k: 1e11)
+    monkeypatch.setattr(bench, "matmul_size", lambda *a: 100)
+    monkeypatch.setattr(bench, "training_cost", lambda *a: (0.0, 0.0))       # the --models steps: nothing
+    step = 6 * 12 * 64 * (12 * 4 * 128 ** 2 + 65 * 128)     # batch 12 x 64 tokens; 4 layers 128 wide, 65 ids
+
+    def seconds(inner, repeats=2):
+        return (repeats + 1) * inner * step / 1e11 + repeats * 2 * 100 ** 3 * 20 / 1e11
+    args = bench.parse(["--models", "simpletron", "--lengths", "16", "--repeats", "2", "--inner", "300",
+                        "--max_minutes", "0.5"])
+    assert seconds(300) > 30 > seconds(250)
+    with pytest.raises(bench.UsageError, match=rf"about {seconds(300) / 60:.2f} minutes here \(--max_minutes 0.5\)"):
+        bench.check_sizes(args, "cpu", ["simpletron"], [16])
+    args.inner = 250
+    bench.check_sizes(args, "cpu", ["simpletron"], [16])
+    args.inner, args.infer_only = 300, True                  # (--infer_only leaves nanoGPT's configuration out)
+    bench.check_sizes(args, "cpu", ["simpletron"], [16])
