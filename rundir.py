@@ -71,6 +71,7 @@ class RunDir:
     def __init__(self, args, master):
         self.path, self.master, self.lock, self.made = args.out_dir, master, None, False
         self.saved, self.best = None, None                   # the step ckpt.pt holds; best.pt's step and val metric
+        self.replaced = ()                                   # --overwrite: the old run's files, removed by train.py
         self.log = open(os.devnull, "w")                     # until open_log (rank 0)
         if not master:
             return
@@ -139,8 +140,8 @@ class RunDir:
         if not overwrite:
             raise UsageError(f"{self.path} holds the results of a run or an evaluation ({', '.join(held)}): "
                              "--overwrite to replace them, or another --out_dir")
-        self.discard("ckpt.pt", "best.pt", "loss.png")      # (metrics.json: replaced whole, or by train_session;
-        # log.jsonl: a new one)
+        self.replaced = ("ckpt.pt", "best.pt", "loss.png")   # once the new run's data and model are ready (train.py;
+        # metrics.json: replaced whole, or by train_session; log.jsonl: a new one)
 
     def discard(self, *names):
         if self.master:

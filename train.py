@@ -511,6 +511,7 @@ def main(argv=None):
         config_dict = fit_to_task(config_dict, task, args.task, source is not None or ckpt is not None, pretrained)
         check_prefixes(args, typed, task, config_dict["block_size"])
         model = build_run_model(args, config_dict, source, ckpt, pretrained).to(args.device)
+        folder.discard(*folder.replaced)                     # --overwrite: the old run goes once the new one can start
         print(model_line(args, dist, model) + f", {dtype} autocast" * (dtype != "float32"), flush=True)
         if args.time_limit is not None:
             print(f"training stops after {args.time_limit:g} min of wall time (--time_limit)")

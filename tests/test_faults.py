@@ -381,6 +381,9 @@ def test_a_new_run_never_replaces_another_unless_told(lra, tmp_path, monkeypatch
     assert one_line(e) == (f"{out} holds a run (ckpt.pt at step 3): --resume to continue it, --overwrite to replace "
                            "it, or another --out_dir")
     assert {n: (out / n).read_bytes() for n in saved} == saved and leftovers(out) == []
+    with pytest.raises(data.DataError):                      # --overwrite, and the new run's data missing: the old kept
+        run("--data_dir", tmp_path / "none", *TINY, "--max_iters", "2", "--out_dir", out, "--overwrite")
+    assert {n: (out / n).read_bytes() for n in saved} == saved
     m = run("--data_dir", lra, *TINY, "--max_iters", "2", "--eval_interval", "5", "--out_dir", out, "--overwrite")
     assert m["iters"] == 2 and torch.load(out / "best.pt", map_location="cpu", weights_only=True)["iter"] == 2
     assert max(r["step"] for r in records(out)) == 2         # a new log
