@@ -493,7 +493,8 @@ def main(argv=None):
         raise UsageError(f"the environment variable {bad}={os.environ[bad]!r} is no process number (torchrun sets it): "
                          f"unset {bad}, or start the run with torchrun")
     rank, world = (int(os.environ.get(k, -1)) for k in ("RANK", "WORLD_SIZE"))
-    if "RANK" in os.environ and "WORLD_SIZE" in os.environ and not 0 <= rank < world:
+    if ("RANK" in os.environ) != ("WORLD_SIZE" in os.environ) or "RANK" in os.environ and not 0 <= rank < world:
+        rank, world = (os.environ.get(k, "(unset)") for k in ("RANK", "WORLD_SIZE"))
         raise UsageError(f"RANK={rank} with WORLD_SIZE={world}: a process's rank is 0 .. WORLD_SIZE - 1 (torchrun sets "
                          "both); unset them, or start the run with torchrun")
     if "RANK" in os.environ and not (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT", "").isdigit()):

@@ -4,6 +4,7 @@ activation checkpointing changes no number; single-process runs keep the losses 
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -302,12 +303,13 @@ def test_torchruns_local_rank_picks_the_gpu_and_one_past_the_last_is_refused(mon
     assert (chosen, d.rank, d.world, d.local_rank, d.master) == ([1], 5, 8, 1, False)
 
 
-@pytest.mark.parametrize("rank, world", [("1", "1"), ("0", "0"), ("3", "2")])
+@pytest.mark.parametrize("rank, world", [("1", "1"), ("0", "0"), ("3", "2"), ("1", "(unset)"), ("(unset)", "2")])
 def test_a_rank_outside_the_world_is_one_line_before_any_work(rank, world, monkeypatch):
-    monkeypatch.setenv("RANK", rank)
-    monkeypatch.setenv("WORLD_SIZE", world)
+    for k, v in (("RANK", rank), ("WORLD_SIZE", world)):     # (one set alone: a launch by hand, half done)
+        monkeypatch.setenv(k, v) if v != "(unset)" else monkeypatch.delenv(k, raising=False)
     monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
-    with pytest.raises(train.UsageError, match=rf"^RANK={rank} with WORLD_SIZE={world}: a process's rank is 0 \.\. "):
+    with pytest.raises(train.UsageError, match=rf"^RANK={re.escape(rank)} with WORLD_SIZE={re.escape(world)}: a "
+                                               r"process's rank is 0 \.\. "):
         train.main(["--max_iters", "1"])
 
 
