@@ -110,3 +110,15 @@ def test_a_notebook_runs_whole_under_nbclient(name):
     nb = nbformat.reads(json.dumps(notebook(name)), as_version=4)
     nbclient.NotebookClient(nb, timeout=900, kernel_name="python3",
                             resources={"metadata": {"path": os.path.join(ROOT, "tours")}}).execute()
+
+
+@pytest.mark.parametrize("name", TOURS)
+def test_a_tour_run_with_a_flag_or_a_backend_matplotlib_lacks_is_one_line_before_any_work(name, tmp_path):
+    """python tours/NAME.py reads no flags (--help would be ignored: the whole tour would run), and MPLBACKEND, which
+    a script honours, must name a backend: each one line from the set-up cell."""
+    for argv, env, said in ((["--help"], {}, "error: a tour reads no flags (--help): run python "),
+                            ([], {"MPLBACKEND": "tk"}, "error: MPLBACKEND=tk names no backend of matplotlib's")):
+        p = subprocess.run([sys.executable, os.path.join(ROOT, "tours", f"{name}.py"), *argv], cwd=tmp_path,
+                           env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+        assert p.returncode == 1 and p.stderr.startswith(said) and len(p.stderr.splitlines()) == 1, p.stderr
+        assert p.stdout == "" and not (tmp_path / "out").exists()

@@ -43,6 +43,14 @@ else:
         ROOT = os.path.dirname(ROOT)
 os.chdir(ROOT)                                            # train.py's out/ and data/ go there
 sys.path.insert(0, ROOT)                                  # before tours/: the model file, not the tour of its name
+if "ipykernel" not in sys.modules:                        # python tours/NAME.py: no flags; MPLBACKEND a backend
+    if sys.argv[1:]:
+        sys.exit(f"error: a tour reads no flags ({' '.join(sys.argv[1:])}): run python {sys.argv[0]} alone")
+    try:
+        import matplotlib  # noqa: F401
+    except ValueError:
+        sys.exit(f"error: MPLBACKEND={os.environ.get('MPLBACKEND')} names no backend of matplotlib's (e.g. TkAgg, "
+                 "QtAgg, Agg): set one, or unset it")
 
 # %%
 import json
