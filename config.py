@@ -550,7 +550,8 @@ def check_args(args, typed=()):
                                                                              DEFAULTS[k])), None)   # (a default typed)
     if other:                                                # (a generated task's flag given to another task)
         raise UsageError(f"--{other} {getattr(args, other)}: task {args.task} has no such setting; leave it out")
-    check_tokenizer(args.tokenizer, args.task)
+    if "tokenizer" in own:                                   # (a ./gpt2 folder is no matter to listops)
+        check_tokenizer(args.tokenizer, args.task)
     for flag in ("out_dir", "cache_dir"):                    # folders this run writes (a read-only cache: read)
         if flag == "cache_dir" and not data.cache_dir_problem(args.cache_dir):
             continue

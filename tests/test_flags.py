@@ -444,3 +444,18 @@ def test_a_listops_length_that_is_no_number_is_one_line_also_in_help(value, tmp_
     with pytest.raises(SystemExit):
         train.main(["--listops_len", value, "--help"])
     assert "the longest input sequence, idx.shape[-1] [from --listops_len]" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_folder_named_like_the_default_tokenizer_is_no_matter_to_a_task_without_one(tmp_path, monkeypatch):
+    """A ./gpt2 folder where train.py starts: listops reads no tokenizer (the default gpt2 is not checked); textfile,
+    which reads one, still takes the folder for a BERT WordPiece and refuses it in one line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "gpt2").mkdir()
+    for task, refused in (("listops", False), ("mqar", False), ("textfile", True)):
+        args, given, names = config.parse_args(["--task", task, "--out_dir", "o"])
+        config.resolve(args, given, names)
+        if refused:
+            with pytest.raises(data.DataError, match="textfile: --tokenizer gpt2 is a folder"):
+                config.check_args(args, set(given))
+        else:
+            config.check_args(args, set(given))
