@@ -87,9 +87,10 @@ def model_module(name):
         file, line = (e.filename, e.lineno) if isinstance(e, SyntaxError) else (ours or [(origin or "?", "?")])[-1]
         raise UsageError(f"model {name!r}: {os.path.basename(file)} line {line} fails on import: {type(e).__name__}: "
                          f"{data.one_line(str(e), 200)}") from None
-    if missing := next((k for k in ("Config", "Model") if not isinstance(getattr(module, k, None), type)), None):
-        raise UsageError(f"model {name!r}: {MODELS[name][0]}.py has no class {missing} (a model file holds Config, a "
-                         "dataclass, and Model(config): docs/architecture.md)")
+    lacks = [f"{MODELS[name][0]}.py has no class {k} (a model file holds Config, a dataclass, and Model(config): "
+             "docs/architecture.md)" for k in ("Config", "Model") if not isinstance(getattr(module, k, None), type)]
+    if not isinstance(getattr(module, "Config", None), type):
+        raise UsageError(f"model {name!r}: {lacks[0]}")
     fields = dataclasses.fields(module.Config)
     problems = [f"its Config field {f.name} has the name of train.py's flag --{f.name}; rename the field (docs/"
                 "architecture.md lists the names that are taken)" for f in fields if f.name in (*DEFAULTS, "help")]
@@ -101,6 +102,7 @@ def model_module(name):
                  if k not in {f.name for f in fields}]
     if MODELS[name][0] not in FIELD_HELP:
         problems.append(f"config.FIELD_HELP has no entry {MODELS[name][0]!r}, its fields' help for --help")
+    problems += lacks                                        # (no class Model: nanoGPT's GPT kept, say)
     if problems:
         raise UsageError(f"model {name!r}: {problems[0]}")
     return module

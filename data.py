@@ -665,21 +665,21 @@ def pid_alive(pid):
     return True
 
 
-def remove_stale_temps(folder, recursive=False):
+def remove_stale_temps(folder, recursive=False, ours=()):
     """Remove what killed processes left in `folder` (and below it): files and folders NAME.tmp<pid> whose
-    process is gone (a build or a checkpoint write cut short). Those of a live process, a concurrent build on
-    this machine, are kept."""
+    process is gone (a build or a checkpoint write cut short), and the names in `ours` (an older version's
+    NAME.tmp). Those of a live process, a concurrent build on this machine, are kept; so is a user's notes.tmp."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return
     for e in entries:
         m = re.search(r"\.tmp(\d+)$", e.name)              # (a user's notes.tmp in --cache_dir is not ours)
-        if m and not pid_alive(int(m.group(1))):
+        if e.name in ours or m and not pid_alive(int(m.group(1))):
             with contextlib.suppress(OSError):
                 shutil.rmtree(e.path) if e.is_dir(follow_symlinks=False) else os.remove(e.path)
         elif recursive and e.is_dir(follow_symlinks=False):
-            remove_stale_temps(e.path, recursive)
+            remove_stale_temps(e.path, recursive, ours)
 
 
 def atomic_write(path, write, mode="wb"):

@@ -90,7 +90,7 @@ class RunDir:
         try:
             if not args.resume:
                 self.check_new_run(args.overwrite)
-            data.remove_stale_temps(self.path)               # what a killed checkpoint write left
+            data.remove_stale_temps(self.path, ours=[f"{n}.tmp" for n in FILES])   # what a killed write left
         except BaseException:
             self.release()
             raise

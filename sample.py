@@ -80,7 +80,8 @@ def check(args):
                          "needs a language model: a checkpoint of ptb, wikitext103, openwebtext or textfile")
     model = model_of_checkpoint(ckpt, args.ckpt)             # (its config checked before the tokenizer reads it)
     generate = getattr(model, "generate", None)              # (a fork's model without it, or without top_k)
-    if not callable(generate) or not {"temperature", "top_k"} <= set(inspect.signature(generate).parameters):
+    takes = inspect.signature(generate).parameters.values() if callable(generate) else []
+    if not ({"temperature", "top_k"} <= {p.name for p in takes} or any(p.kind == p.VAR_KEYWORD for p in takes)):
         raise UsageError(f"model {ckpt['model_name']!r} has no generate(idx, max_new_tokens, temperature, top_k), "
                          "which sample.py calls (docs/architecture.md, Add a model)")
     tok, n = tokenizer_of(ckpt, args.data_dir)
