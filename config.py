@@ -283,6 +283,7 @@ def unused_fields(name):
     model in MODELS (a fork's) too."""
     return UNUSED_FIELDS.get(MODELS[name][0] if name in MODELS else name, {})
 
+
 # What each Config field means (--help): nanoGPT's common fields, then each model file's own, as commented there
 COMMON_FIELDS = {
     "vocab_size": "token ids 0..vocab_size-1, id 0 is padding",
