@@ -64,7 +64,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import curves  # noqa: E402
 import data    # noqa: E402
 import tasks   # noqa: E402  (registers every task)
-from config import TASK_FLAGS, Parser, UsageError, check_value, load_checkpoint, model_of_checkpoint  # noqa: E402
+from config import (TASK_FLAGS, Parser, UsageError, check_value, check_vocabulary, load_checkpoint,  # noqa: E402
+                    model_of_checkpoint)
 
 
 @contextlib.contextmanager
@@ -372,7 +373,9 @@ def task_of(ckpt):
               tokenizer=a.get("tokenizer", "gpt2"), **{k: a[k] for k in TASK_FLAGS if k in a})
     if "block_size" in ckpt["config"]:
         kw["block_size"] = ckpt["config"]["block_size"]
-    return data.load_task(a.get("task", "listops"), **kw)
+    task = data.load_task(a.get("task", "listops"), **kw)
+    check_vocabulary(ckpt.get("vocabulary"), task.vocabulary, task.name)   # (a text changed since: ids moved)
+    return task
 
 
 def sample_batch(ckpt, n_seq, max_len, seed=0):
@@ -391,21 +394,20 @@ def sample_batch(ckpt, n_seq, max_len, seed=0):
 def encode_text(text, ckpt):
     """Token ids (1, N) and their labels for a sentence, as the run's language model read its text: Penn Treebank
     words (unknown words -> <unk>), its characters (--tokenizer char), or its tiktoken encoding (byte, gpt2 ...)."""
-    a, cfg = ckpt.get("args", {}), ckpt["config"]
+    a, cfg, recorded = ckpt.get("args", {}), ckpt["config"], ckpt.get("vocabulary")   # (train.py records it)
     task, tokenizer = a.get("task"), a.get("tokenizer") or "gpt2"
-    if task == "ptb" and tokenizer != "char":
-        if not a.get("data_dir"):
-            raise UsageError("the checkpoint's PTB run has no data_dir; its vocabulary cannot be rebuilt")
-        words = tasks.lm.read_words(tasks.lm.ptb_files(a["data_dir"])["train"])
-        vocab = {w: i for i, w in enumerate(sorted(set(words)), start=1)}   # as tasks.lm.ptb builds it
+    if task == "ptb" and tokenizer != "char":                # (a run before train.py recorded them: its files' words)
+        words = recorded or sorted(set(tasks.lm.read_words(tasks.lm.ptb_files(a.get("data_dir") or os.path.join(
+            a.get("cache_dir") or "data", "ptb"))["train"])))
+        vocab = {w: i for i, w in enumerate(words, start=1)}   # as tasks.lm.ptb numbers them
         labels = text.lower().split()
         ids = [vocab.get(w, vocab.get("<unk>")) for w in labels]
         if None in ids:                                      # (a vocabulary without <unk>: no stand-in)
             raise UsageError(f"--text: word {labels[ids.index(None)]!r} is not in the run's vocabulary, which has no "
                              "<unk> to stand in for it")
     elif tokenizer == "char":                                # the characters the run's cache numbered
-        chars = data.load_task(task, cache_dir=a.get("cache_dir") or "data", data_dir=a.get("data_dir"),
-                               tokenizer="char").meta["chars"]
+        chars = recorded or data.load_task(task, cache_dir=a.get("cache_dir") or "data", data_dir=a.get("data_dir"),
+                                           tokenizer="char").meta["chars"]
         ids, labels = tasks.lm.char_ids(text, chars, "--text").tolist(), list(text)
     elif tokenizer == "byte":                                # id = byte (256: <|endoftext|>), given as such
         ids = list(text.encode(errors="surrogateescape"))    # (a byte that is not UTF-8, as the shell passed it)
@@ -454,9 +456,7 @@ def cx(z):
 def cmd_spectra(args):
     (model, ckpt), = args.models
     H = model.config.n_head
-    times = None
-    if args.grid:
-        times = np.linspace(0.0, 1.0, args.grid).tolist()
+    times = np.linspace(0.0, 1.0, args.grid).tolist() if args.grid else None
     rows, has_out = [], False
     for depth, Wq, Wk, Wv, Wo in attention_weights(model, times):
         qk, ov = head_spectra(Wq, Wk, Wv, Wo, H)

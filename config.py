@@ -672,6 +672,19 @@ def build_model(model_name, config_dict):
     return model_module(model_name).Model(check_config(model_name, config_dict, values=False))
 
 
+def check_vocabulary(trained, now, task_name):
+    """A checkpoint's characters or words (Task.vocabulary when it was trained) against the task's now: any change
+    (a character the text lost shifts every id after it) is refused in one line naming the first id that moved."""
+    if not trained or not now or list(trained) == list(now):
+        return
+    what, read = ("characters", "text") if isinstance(trained, str) else ("words", "training file")
+    old, new = [*trained, None], [*now, None]
+    i = next(i for i, (a, b) in enumerate(zip(old, new)) if a != b)
+    raise UsageError(f"task {task_name}: the checkpoint's model was trained on {len(old) - 1:,} {what}, the {read} "
+                     f"read now has {len(new) - 1:,} (id {i + 1} stood for {old[i]!r}, now for {new[i]!r}): its ids "
+                     f"would mean other {what}; use the run's own data (--data_dir), or start a new run")
+
+
 def load_checkpoint(path, need=()):
     """A train.py checkpoint, read with weights_only=True (tensors and plain values only), or a one-line
     UsageError that says what is wrong with the file. `need`: keys a --resume needs beyond the weights."""
@@ -700,6 +713,9 @@ def load_checkpoint(path, need=()):
                          f"{', '.join(MODELS)})")
     if problem := args_problem(ckpt["args"]):
         raise UsageError(f"{path} is damaged: its {problem}")
+    v = ckpt.get("vocabulary")                               # (a char run's characters, PTB's words, or None)
+    if v is not None and not (isinstance(v, (str, list)) and all(isinstance(w, str) for w in v)):
+        raise UsageError(f"{path} is damaged: its record of what its ids stand for is neither characters nor words")
     return ckpt
 
 

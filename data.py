@@ -380,6 +380,13 @@ class Task:
     def has(self, name):
         return name in self.loaders
 
+    @property
+    def vocabulary(self):
+        """What id i stands for where the data defines it, vocabulary[i - 1] (a char run's characters, PTB's words);
+        None where a tokenizer or the task numbers its ids. A checkpoint records it: sample.py decodes with it, and
+        a run resumed or initialised on data that numbers its ids otherwise is refused."""
+        return self.meta.get("chars") or self.meta.get("words")
+
     def check(self, name, split, source):
         """A loaded split, checked: a classification split has examples, and labels below n_classes; the token ids
         of one held in memory (a fork's task) are below vocab_size. (The ids of a cached file are in range by

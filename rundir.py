@@ -72,6 +72,7 @@ class RunDir:
         self.path, self.master, self.lock, self.made = args.out_dir, master, None, False
         self.saved, self.best = None, None                   # the step ckpt.pt holds; best.pt's step and val metric
         self.replaced = ()                                   # --overwrite: the old run's files, removed by train.py
+        self.vocabulary = None                               # what the task's ids stand for (Task.vocabulary)
         self.log = open(os.devnull, "w")                     # until open_log (rank 0)
         if not master:
             return
@@ -169,7 +170,7 @@ class RunDir:
         if not all(p.isfinite().all() for p in model.parameters()):
             raise self.diverged(it, "a weight is not finite", args.grad_clip)
         return {"model_name": args.model, "config": dataclasses.asdict(model.config), "model": model.state_dict(),
-                "args": run_args(args), "iter": it}
+                "args": run_args(args), "iter": it, "vocabulary": self.vocabulary}
 
     def checkpoint(self, it, args, model, **more):
         """ckpt.pt after step `it`: the weights and `more` (all that an exact --resume needs)."""

@@ -14,7 +14,8 @@ import bert
 import data
 import simpletron
 from config import (MOOT_WITH_FILES, TASK_FLAGS, MODELS, UsageError, build_model, check_args, check_config,
-                    check_moot, check_size, load_checkpoint, load_weights, parse_args, pick_device, resolve)
+                    check_moot, check_size, check_vocabulary, load_checkpoint, load_weights, parse_args, pick_device,
+                    resolve)
 
 
 def settings(argv, description=None):
@@ -201,13 +202,16 @@ def check_prefixes(args, typed, task, block_size):
                          f"{block_size}, or leave out --short_steps")
 
 
-def fit_to_task(config_dict, task, task_name, from_checkpoint, pretrained):
+def fit_to_task(config_dict, task, task_name, checkpoint, pretrained):
     """The Config fields the task decides (vocabulary, length, head, classes) where the settings leave them open.
-    A checkpoint's model must fit the task as it is; BERT's gets a new classifier."""
+    A checkpoint's model must fit the task as it is, its ids standing for what they stood for in training (the
+    characters or words the checkpoint records); BERT's gets a new classifier."""
     fields = dict(vocab_size=task.vocab_size, block_size=task.block_size, head=task.kind, n_classes=task.n_classes)
+    from_checkpoint = checkpoint is not None
     if not from_checkpoint and pretrained is None:           # (given, or a preset of this task's: none such)
         check_head_fields(config_dict, config_dict, task.kind, f"task {task_name} is " + (
             "a language model" if task.kind == "lm" else "a classifier"))
+    check_vocabulary((checkpoint or {}).get("vocabulary"), task.vocabulary, task_name)
     for k in ("vocab_size", "head", "n_classes"):
         if from_checkpoint and k not in config_dict:
             raise UsageError(f"the checkpoint's model settings lack {k} (damaged: train.py writes every one)")

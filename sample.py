@@ -6,12 +6,14 @@ Sample text from a language model trained by train.py (nanoGPT's sample.py).
 
 Each sample is the prompt followed by its continuation, samples separated by a line of dashes. The text is
 encoded and decoded with the checkpoint's own tokenizer, that of its task:
-    ptb                       the word vocabulary, rebuilt from the run's ptb.train.txt (its --data_dir, or the
-                              copy under its --cache_dir; --data_dir here if the files moved). Words are split on
-                              spaces, a line break is <eos>; a word outside the vocabulary is an error (PTB is
-                              lower case, rare words are <unk>, numbers N); with --tokenizer char its characters
+    ptb                       the word vocabulary the checkpoint records (one of a run before it recorded it:
+                              rebuilt from the run's ptb.train.txt, its --data_dir or the copy under its
+                              --cache_dir; --data_dir here if the files moved). Words are split on spaces, a line
+                              break is <eos>; a word outside the vocabulary is an error (PTB is lower case, rare
+                              words are <unk>, numbers N); with --tokenizer char its characters
     wikitext103, openwebtext  the run's --tokenizer (gpt2 by default, or byte) by tiktoken
-    textfile                  the run's characters (--tokenizer char, from its cache) or its tiktoken encoding
+    textfile                  the run's characters (--tokenizer char: the checkpoint records them) or its tiktoken
+                              encoding
 SimpleTRON and TransJect generate recurrently (a state of fixed size per layer), the softmax GPT and
 DiffEqFormer with a KV cache; a model sees at most its block_size last tokens (see model.generate).
 """
@@ -135,11 +137,10 @@ def read_prompt(start):
 class Words:
     """PTB's word vocabulary, numbered as tasks.lm.ptb numbers it: the sorted words of the training file from 1."""
 
-    def __init__(self, train_file):
-        words = tasks.lm.read_words(train_file)
-        self.itos = ["<pad>", *sorted(set(words))]           # id 0 is padding
+    def __init__(self, words, source):
+        self.itos = ["<pad>", *words]                        # id 0 is padding
         self.stoi = {w: i for i, w in enumerate(self.itos) if i}
-        self.source = train_file
+        self.source = source
 
     def encode(self, text):
         words = []
@@ -198,7 +199,7 @@ def word_vocabulary(run_args, data_dir):
     try:
         _, paths = data.release("ptb", folder, "pass --data_dir DIR, the folder of the run's ptb.train.txt",
                                 ["ptb.train.txt"], ["simple-examples/data", "ptb"])
-        return Words(paths["ptb.train.txt"])
+        return Words(sorted(set(tasks.lm.read_words(paths["ptb.train.txt"]))), paths["ptb.train.txt"])
     except data.DataError as e:
         raise UsageError(f"cannot rebuild the word vocabulary: {e}") from None
 
@@ -214,8 +215,14 @@ def char_vocabulary(run_args, data_dir, task):
 def tokenizer_of(ckpt, data_dir=None):
     """The encoder/decoder of the checkpoint's task, checked against the model's vocabulary."""
     run_args, vocab_size = ckpt.get("args", {}), ckpt["config"]["vocab_size"]
-    task, name = run_args.get("task"), run_args.get("tokenizer") or "gpt2"
-    if task == "ptb" and name != "char":
+    task, name, recorded = run_args.get("task"), run_args.get("tokenizer") or "gpt2", ckpt.get("vocabulary")
+    if recorded and data_dir is not None:                    # (honoured or refused: nothing is rebuilt here)
+        raise UsageError("--data_dir: the checkpoint records its vocabulary (the characters or words its ids stand "
+                         "for); leave it out")
+    if recorded:                                             # (train.py records them; older checkpoints do not)
+        tok = Chars(recorded) if isinstance(recorded, str) else Words(recorded, "the checkpoint's training file")
+        n = len(recorded) + 1
+    elif task == "ptb" and name != "char":
         tok = word_vocabulary(run_args, data_dir)
         n = len(tok.itos)
     elif name == "char" and task in ("textfile", "ptb"):

@@ -509,7 +509,8 @@ def main(argv=None):
         dtype, autocast, scaler = precision(args.dtype, dist.device)
         torch.manual_seed(args.seed)
         task = dist.rank0_first(lambda: open_task(args, config_dict, dist))  # rank 0 first, the others read its cache
-        config_dict = fit_to_task(config_dict, task, args.task, source is not None or ckpt is not None, pretrained)
+        config_dict = fit_to_task(config_dict, task, args.task, ckpt or source, pretrained)
+        folder.vocabulary = task.vocabulary                  # (recorded in every checkpoint: what the ids stand for)
         check_prefixes(args, typed, task, config_dict["block_size"])
         model = build_run_model(args, config_dict, source, ckpt, pretrained).to(args.device)
         folder.discard(*folder.replaced)                     # --overwrite: the old run goes once the new one can start

@@ -96,7 +96,7 @@ def ptb(data_dir=None, cache_dir="data", block_size=35, tokenizer="gpt2", **_):
                             f"{files['train']}; Mikolov's files write rare words as <unk>)")
     streams = {s: np.array([vocab[w] for w in ws], dtype=np.int32) for s, ws in words.items()}
     loaders = {s: (lambda s=s: LMSplit(streams[s], block_size, files[s])) for s in streams}
-    return Task("ptb", "lm", len(vocab) + 1, block_size, 0, loaders, sources=files)
+    return Task("ptb", "lm", len(vocab) + 1, block_size, 0, loaders, sources=files, meta={"words": list(vocab)})
 
 
 WIKITEXT_LAYOUT = ("DIR with WikiText-103 (wikitext-103-v1.zip or wikitext-103-raw-v1.zip unpacked): "

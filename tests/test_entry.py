@@ -176,8 +176,8 @@ CASES = [
      "weights"),
     (S, "a block_size of 2**20 in its config (gigabytes of positions)", lambda w, t: ["--ckpt", edited(
         w, t, config=lambda c: {**c["config"], "block_size": 2**20})], "make a model unlike its weights"),
-    (S, "--data_dir for a run whose tokenizer needs no data", lambda w, t: ["--ckpt", edited(w, t, args=lambda c: {
-        **c["args"], "tokenizer": "byte"}), "--data_dir", w.dir], "byte tokenizer needs no data to rebuild"),
+    (S, "--data_dir for a run whose tokenizer needs no data", lambda w, t: ["--ckpt", edited(
+        w, t, vocabulary=None, args=lambda c: {**c["args"], "tokenizer": "byte"}), "--data_dir", w.dir], "byte tokenizer needs no data to rebuild"),
     (S, "a negative width in its config", lambda w, t: ["--ckpt", edited(w, t, config=lambda c: {
         **c["config"], "n_embd": -16})], "its model settings are damaged (n_embd -16: allowed is"),
     (S, "a checkpoint with bytes changed", lambda w, t: ["--ckpt", flipped(w, t)], "not a readable train.py checkpoint"),
@@ -185,9 +185,9 @@ CASES = [
         k: v for k, v in c["config"].items() if k != "vocab_size"})], "do not fit"),
     (S, "weights that are not finite", lambda w, t: ["--ckpt", edited(w, t, model=lambda c: {
         k: v * float("nan") if v.is_floating_point() else v for k, v in c["model"].items()})], "not finite"),
-    (S, "a task with no tokenizer", lambda w, t: ["--ckpt", edited(w, t, args=lambda c: {
+    (S, "a task with no tokenizer", lambda w, t: ["--ckpt", edited(w, t, vocabulary=None, args=lambda c: {
         **c["args"], "task": "chess"})], "no tokenizer"),
-    (S, "its data gone", lambda w, t: ["--ckpt", edited(w, t, args=lambda c: {
+    (S, "its data gone", lambda w, t: ["--ckpt", edited(w, t, vocabulary=None, args=lambda c: {
         **c["args"], "data_dir": str(t / "gone.txt"), "cache_dir": str(t / "c")})], "gone.txt"),
     # sample.py: the prompt
     (S, "a prompt file that is not there", lambda w, t: ["--ckpt", w.lm, "--start", f"FILE:{t / 'p.txt'}"],
@@ -201,8 +201,12 @@ CASES = [
     (S, "a 3 GB prompt file", lambda w, t: ["--ckpt", w.lm, "--start", f"FILE:{huge(t)}"], "MB"),
     (S, "an empty prompt", lambda w, t: ["--ckpt", w.lm, "--start", ""], "empty"),
     (S, "characters the model never saw", lambda w, t: ["--ckpt", w.lm, "--start", "zebra"], "'z'"),
-    (S, "--data_dir not there", lambda w, t: ["--ckpt", w.lm, "--data_dir", t / "none"], "none"),
-    (S, "--data_dir a binary file", lambda w, t: ["--ckpt", w.lm, "--data_dir", w.bin], "UTF-8", "+work"),
+    # (a checkpoint from before train.py recorded its characters: rebuilt from --data_dir)
+    (S, "--data_dir not there", lambda w, t: ["--ckpt", edited(w, t, vocabulary=None), "--data_dir", t / "none"], "none"),
+    (S, "--data_dir a binary file", lambda w, t: ["--ckpt", edited(w, t, vocabulary=None), "--data_dir", w.bin], "UTF-8",
+     "+work"),
+    (S, "--data_dir for a run that records its characters", lambda w, t: ["--ckpt", w.lm, "--data_dir", w.dir],
+     "--data_dir: the checkpoint records its vocabulary"),
     (S, "--data_dir empty", lambda w, t: ["--ckpt", w.lm, "--data_dir", ""], "--data_dir"),
     # sample.py: numbers and the device
     *[(S, f"--temperature {v}", lambda w, t, v=v: ["--ckpt", w.lm, "--temperature", v], "--temperature")

@@ -461,9 +461,67 @@ def test_a_run_with_more_ids_than_its_text_samples_and_fine_tunes_its_texts_ids_
     assert ft["config"]["vocab_size"] == 200
     (tmp_path / "u.txt").write_text("to be, or not to be: that is the question?!\n" * 40)   # one more character
     ckpt = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)
+    ckpt.pop("vocabulary")                                   # a checkpoint before train.py recorded its characters
     assert sample.tokenizer_of({**ckpt, "config": {"vocab_size": n + 1}}, str(tmp_path / "u.txt"))[1] == n + 1
     with pytest.raises(sample.UsageError, match=f"rebuilt here has {n + 1} ids but the checkpoint's model has {n}:"):
         sample.tokenizer_of({**ckpt, "config": {"vocab_size": n}}, str(tmp_path / "u.txt"))
+
+
+def test_a_text_that_changed_since_training_is_refused_or_decoded_as_trained(tmp_path):
+    """A character the text lost shifts every id after it: --resume and --init_from refuse it in one line naming the
+    first id that moved; sample.py and analyze.py --text read the characters the checkpoint records, as trained."""
+    import analyze
+    text = "to be, or not to be: that is the question?\n" * 40
+    (tmp_path / "t.txt").write_text(text)
+    common = ["--task", "textfile", "--data_dir", tmp_path / "t.txt", "--tokenizer", "char", "--cache_dir",
+              tmp_path / "cache", *TINY]
+    train.main([str(a) for a in [*common, "--out_dir", tmp_path / "run"]])
+    ckpt = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)
+    chars = sorted(set(text))                                # id i: the i-th sorted character, from 1
+    assert ckpt["vocabulary"] == "".join(chars)
+    (tmp_path / "t.txt").write_text(text.replace(",", ""))   # ',' was id 3 (after '\n' and ' '); '.' is not there
+    assert chars[:3] == ["\n", " ", ","] and chars[3] == ":"
+    line = "the checkpoint's model was trained on {} characters, the text read now has {} (id 3 stood for ',', now for ':')"
+    for more in (["--resume", "--out_dir", tmp_path / "run", "--max_iters", "6"],
+                 ["--init_from", tmp_path / "run" / "ckpt.pt", "--out_dir", tmp_path / "ft"]):
+        with pytest.raises(config.UsageError) as e:
+            train.main([str(a) for a in [*common, *more]])
+        assert line.format(len(chars), len(chars) - 1) in str(e.value) and "\n" not in str(e.value)
+    assert torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)["iter"] == 3 and not (tmp_path / "ft").exists()
+    y, out = run_sample("--ckpt", tmp_path / "run" / "ckpt.pt", "--start", "to be,", "--num_samples", 2,
+                        "--max_new_tokens", 5, "--device", "cpu")
+    assert y[:, :6].tolist() == [[chars.index(c) + 1 for c in "to be,"]] * 2
+    assert out == "".join("".join(chars[i - 1] for i in row) + "\n---------------\n" for row in y.tolist())
+    with pytest.raises(config.UsageError, match="--data_dir: the checkpoint records its vocabulary"):
+        run_sample("--ckpt", tmp_path / "run" / "ckpt.pt", "--data_dir", tmp_path / "t.txt")
+    ids, labels = analyze.encode_text("be,", ckpt)
+    assert ids.tolist() == [[chars.index(c) + 1 for c in "be,"]] and labels == list("be,")
+    with pytest.raises(config.UsageError, match=line.format(len(chars), len(chars) - 1).replace("(", r"\(")
+                       .replace(")", r"\)").replace("?", r"\?")):
+        analyze.sample_batch(ckpt, 2, 8)
+    torch.save({**ckpt, "vocabulary": 7}, tmp_path / "bad.pt")   # a damaged record: one line when loaded
+    with pytest.raises(config.UsageError, match="bad.pt is damaged: its record of what its ids stand for"):
+        config.load_checkpoint(str(tmp_path / "bad.pt"))
+
+
+def test_a_ptb_run_records_its_words_and_refuses_a_training_file_that_lost_one(ptb_ckpt, tmp_path):
+    ckpt, folder = ptb_ckpt
+    recorded = torch.load(ckpt, weights_only=True)["vocabulary"]
+    words = sorted({w for line in (folder / "ptb.train.txt").read_text().splitlines() for w in line.split()} | {"<eos>"})
+    assert recorded == words
+    changed = write_ptb(tmp_path / "ptb")
+    train_text = (changed / "ptb.train.txt").read_text()
+    gone = words[1]                                          # (words[0] is '<eos>': the second word is dropped)
+    (changed / "ptb.train.txt").write_text(" ".join(w for w in train_text.split(" ") if w != gone))
+    for split in ("valid", "test"):                          # (kept within the smaller vocabulary)
+        kept = (changed / f"ptb.{split}.txt").read_text().replace(f" {gone} ", " ")
+        (changed / f"ptb.{split}.txt").write_text(kept.replace(f" {gone} ", " "))
+    with pytest.raises(config.UsageError) as e:
+        train.main(["--init_from", str(ckpt), "--data_dir", str(changed), "--out_dir", str(tmp_path / "ft"),
+                    "--cache_dir", str(tmp_path / "cache"), *TINY[8:]])
+    assert (f"task ptb: the checkpoint's model was trained on {len(words)} words, the training file read now has "
+            f"{len(words) - 1} (id 2 stood for {gone!r}, now for {words[2]!r}): its ids would mean other words") \
+        in str(e.value)
 
 
 # ----------------------------------------------------------------------------------------------
