@@ -4,6 +4,7 @@ every figure drawn. Read with the json module and the small percent-format reade
 Behind the mark `slow` (python -m pytest -m slow tests; .ci/run runs it): each tour runs whole as
 `python tours/NAME.py` from another folder, and each notebook runs whole under nbclient (requirements-dev.txt)."""
 
+import ast
 import glob
 import json
 import os
@@ -122,3 +123,20 @@ def test_a_tour_run_with_a_flag_or_a_backend_matplotlib_lacks_is_one_line_before
                            env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
         assert p.returncode == 1 and p.stderr.startswith(said) and len(p.stderr.splitlines()) == 1, p.stderr
         assert p.stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_the_simpletron_tours_training_stops_in_one_line_when_train_py_refuses(tmp_path, monkeypatch, capsys):
+    """The tour's train_py (its function alone, taken from the tour): train.py's own line, then one line saying the
+    tour stopped, and no traceback; nothing trained."""
+    with open(os.path.join(ROOT, "tours", "simpletron.py")) as f:
+        tree = ast.parse(f.read())
+    cell = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "train_py"]
+    namespace = {"subprocess": subprocess, "sys": sys}
+    exec(compile(ast.Module(cell, type_ignores=[]), "tours/simpletron.py", "exec"), namespace)
+    monkeypatch.chdir(ROOT)                                  # (the tour's setup cell's folder)
+    with pytest.raises(SystemExit) as e:
+        namespace["train_py"]("--max_iters", "-5", "--out_dir", str(tmp_path / "o"))
+    assert str(e.value) == "error: train.py stopped (exit status 2); its line above says why"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"$ python train.py --max_iters -5 --out_dir {tmp_path / 'o'}" and len(lines) == 2, lines
+    assert lines[1].startswith("error: --max_iters -5") and not (tmp_path / "o").exists()
