@@ -248,6 +248,25 @@ def test_recall_prepare_makes_the_held_out_examples_each_row_evaluates_on(monkey
         assert row.evals[0][1].endswith(f"--data_dir {os.path.join(experiments.heldout_dir(*args), 'test.txt')}")
 
 
+def test_listops_small_makes_its_held_out_trees_once_with_the_settings_of_its_task(tmp_path, monkeypatch, capsys):
+    """The separately written generator, run as python FILE FLAGS in ROOT: the task's setting, 2,000 trees, seed 2026,
+    written to out/exp/listops-small/heldout; not again once its test file is there."""
+    calls = []
+    monkeypatch.setattr(experiments, "ROOT", str(tmp_path))
+    monkeypatch.setattr(data, "run_program", lambda argv, cwd=None: calls.append((argv, cwd)))
+    experiments.listops_small_heldout()
+    script = os.path.join(experiments.CODE, "experiments", "heldout_listops.py")
+    argv = [script, "--listops_depth", "3", "--listops_args", "2,3", "--listops_len", "5,20", "--listops_sizes",
+            "96000,2000,2000", "--n", "2000", "--seed", "2026", "--out", os.path.join("out", "exp", "listops-small",
+                                                                                     "heldout")]
+    assert calls == [(argv, str(tmp_path))]
+    assert capsys.readouterr().out == "held-out trees: " + " ".join(argv) + "\n"
+    (tmp_path / experiments.HELDOUT).mkdir(parents=True)
+    (tmp_path / experiments.HELDOUT / "basic_test.tsv").write_text("")
+    experiments.listops_small_heldout()
+    assert len(calls) == 1
+
+
 def test_run_from_another_folder_it_reads_the_runs_where_they_were_made(tmp_path, monkeypatch):
     """The runs start in ROOT (out/exp, data/ there), whatever the folder experiments.py is called from."""
     root, elsewhere = tmp_path / "root", tmp_path / "elsewhere"
