@@ -48,7 +48,7 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (python {self.prog.split()[0]} --help lists the flags)")
 
     def convert_arg_line_to_args(self, line):
-        return shlex.split(line, comments=True)
+        return shlex.split(line.removeprefix("\ufeff"), comments=True)   # (a byte-order mark, as Notepad writes)
 
     def _read_args_from_files(self, arg_strings):
         """argparse's @FILE reader; a file that is not UTF-8 text, has an unclosed quote or reads itself: one line."""
@@ -603,7 +603,8 @@ def check_moot(args, typed, config):
     trains = next((k for k in ("max_iters", "lr", "schedule", "warmup", "min_lr", "lr_decay_iters", "weight_decay",
                                "beta1", "beta2", "eps", "grad_clip", "gate_lr_scale", "grad_accum", "eval_interval",
                                "log_interval", "attn_std_interval", "short_steps", "short_len", "time_limit",
-                               "n_train", "dropout", "lora_alpha", "eval_iters", "checkpointing", "seed", "compile")
+                               "n_train", "dropout", "lora_rank", "lora_alpha", "eval_iters", "checkpointing", "seed",
+                               "compile")
                   if k in typed), None) if args.eval_only else None
     if trains:
         raise UsageError(f"--{trains} {getattr(args, trains, c.get(trains))}: a setting of training, and --eval_only "
@@ -713,9 +714,10 @@ def load_checkpoint(path, need=()):
                          f"{', '.join(MODELS)})")
     if problem := args_problem(ckpt["args"]):
         raise UsageError(f"{path} is damaged: its {problem}")
-    v = ckpt.get("vocabulary")                               # (a char run's characters, PTB's words, or None)
-    if v is not None and not (isinstance(v, (str, list)) and all(isinstance(w, str) for w in v)):
-        raise UsageError(f"{path} is damaged: its record of what its ids stand for is neither characters nor words")
+    v, char = ckpt.get("vocabulary"), ckpt["args"].get("tokenizer") == "char"   # (a char run's characters, PTB's
+    if v is not None and not (isinstance(v, str) if char else isinstance(v, list) and all(isinstance(w, str) for w in v)):
+        raise UsageError(f"{path} is damaged: its record of what its ids stand for is not the "       # words, or None)
+                         + ("characters of its --tokenizer char" if char else "list of words of its PTB run"))
     return ckpt
 
 
@@ -726,6 +728,10 @@ def args_problem(a):
         return f"setting {k} is no string"
     if k := next((k for k, v in a.items() if v is None and DEFAULTS.get(k) is not None and k != "tokenizer"), None):
         return f"setting {k} is null, which train.py always fills"           # (the tokenizer may be none)
+    kinds = {name: kind for name, kind, _, _ in FLAGS}       # a number as text, true for a number ...
+    fits = {int: lambda v: type(v) is int, float: lambda v: type(v) in (int, float), bool: lambda v: type(v) is bool}
+    if k := next((k for k, v in a.items() if v is not None and not fits.get(kinds.get(k), lambda v: True)(v)), None):
+        return f"setting {k} is {data.one_line(repr(a[k]), 40)}, not the {kinds[k].__name__} train.py writes"
     return None
 
 

@@ -385,7 +385,7 @@ class Task:
         """What id i stands for where the data defines it, vocabulary[i - 1] (a char run's characters, PTB's words);
         None where a tokenizer or the task numbers its ids. A checkpoint records it: sample.py decodes with it, and
         a run resumed or initialised on data that numbers its ids otherwise is refused."""
-        return self.meta.get("chars") or self.meta.get("words")
+        return (self.meta or {}).get("chars") or (self.meta or {}).get("words")
 
     def check(self, name, split, source):
         """A loaded split, checked: a classification split has examples, and labels below n_classes; the token ids
@@ -619,8 +619,9 @@ def reading(path, what="cannot be read", hint="", formats=True):
 
 
 def read_text(path):
-    """The text of a UTF-8 file (newlines read as Python's text mode does)."""
-    with reading(path), open(path, encoding="utf-8") as f:
+    """The text of a UTF-8 file (newlines read as Python's text mode does; a byte-order mark before it, as Notepad
+    writes, left out)."""
+    with reading(path), open(path, encoding="utf-8-sig") as f:
         return f.read()
 
 

@@ -98,7 +98,8 @@ def check_run_record(ckpt, out_dir):
         return
     other = load_checkpoint(path)
     fixed = lambda c: {k: v for k, v in c.items() if k not in CHANGEABLE_FIELDS}     # (--dropout may change)
-    if other["model_name"] != ckpt["model_name"] or fixed(other["config"]) != fixed(ckpt["config"]):
+    ours = None in (other.get("vocabulary"), ckpt.get("vocabulary")) or other["vocabulary"] == ckpt["vocabulary"]
+    if other["model_name"] != ckpt["model_name"] or fixed(other["config"]) != fixed(ckpt["config"]) or not ours:
         raise UsageError(f"{path} holds another run's weights (a {other['model_name']} model), not this "
                          f"{ckpt['model_name']} run's: move it out of {out_dir}, then --resume again")
 

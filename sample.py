@@ -87,9 +87,9 @@ def check(args):
         raise UsageError(f"model {ckpt['model_name']!r} has no generate(idx, max_new_tokens, temperature, top_k), "
                          "which sample.py calls (docs/architecture.md, Add a model)")
     tok, n = tokenizer_of(ckpt, args.data_dir)
-    if n < model.config.vocab_size:                          # ids no text has (--vocab_size 50304): never drawn
-        mask = lambda logits: logits.index_fill(-1, torch.arange(n, model.config.vocab_size, device=logits.device),
-                                                float("-inf"))   # noqa: E731
+    never = [*([0] if tok.padding else []), *range(n, model.config.vocab_size)]   # the padding id 0 of a data
+    if never:                                                # vocabulary, and ids no text has (--vocab_size 50304)
+        mask = lambda logits: logits.index_fill(-1, torch.tensor(never, device=logits.device), float("-inf"))  # noqa: E731
         if isinstance(getattr(model, "lm_head", None), torch.nn.Module):
             model.lm_head.register_forward_hook(lambda m, i, logits: mask(logits))
         else:                                                # (a fork's output layer of another name: its forward's)
@@ -136,6 +136,7 @@ def read_prompt(start):
 
 class Words:
     """PTB's word vocabulary, numbered as tasks.lm.ptb numbers it: the sorted words of the training file from 1."""
+    padding = True                                           # id 0 stands for nothing: never drawn
 
     def __init__(self, words, source):
         self.itos = ["<pad>", *words]                        # id 0 is padding
@@ -166,6 +167,7 @@ class Words:
 
 class Chars:
     """textfile --tokenizer char: the distinct characters of the text numbered from 1 (tasks.lm.textfile)."""
+    padding = True
 
     def __init__(self, chars):
         self.chars = chars
@@ -182,6 +184,7 @@ class Chars:
 
 
 class Tiktoken:
+    padding = False                                          # (id 0 is a token: gpt2's '!', the byte 0)
     def __init__(self, enc):
         self.enc = enc
 

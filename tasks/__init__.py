@@ -75,12 +75,16 @@ def module_run():
     found = [m.group(1) or after for a, after in zip(sys.orig_argv, sys.orig_argv[1:] + [""])
              for m in [re.fullmatch(r"-[A-Za-z]*m(\S*)", a)] if m]
     module = found[0] if found and sys.argv[0] == "-m" else ""
-    return module if module.startswith("tasks.") and importlib.util.find_spec(module) else None
+    return module if module == "tasks" or module.startswith("tasks.") else None
 
 
 def check_entry(module):
-    """python -m MODULE, before Python runs it: a module without an entry is one line, exit 2. (A module the import
-    line above lacks is imported first, so that its tasks are registered as the package's.)"""
+    """python -m MODULE, before Python runs it: no such module, or one without an entry, is one line, exit 2. (A
+    module the import line above lacks is imported first, so that its tasks are registered as the package's.)"""
+    if module == "tasks" or "." in module[len("tasks."):] or importlib.util.find_spec(module) is None:
+        print(f"error: python -m {module}: no such module of tasks; python -m tasks.NAME prepares the tasks of: "
+              f"{', '.join(sorted({fn.__module__ for fn in data.TASKS.values()}))}", file=sys.stderr)
+        sys.exit(2)
     importlib.import_module(module)
     if without_entry(module):
         print(f"error: {without_entry(module)}", file=sys.stderr)

@@ -163,9 +163,11 @@ def lm_bin_task(name, folder, block_size, splits, sources=None):
         dtype, vocab_size = np.dtype(meta["dtype"]), int(meta["vocab_size"])
         if dtype.kind != "u" or not 2 <= vocab_size <= np.iinfo(dtype).max + 1:   # ids the dtype can hold
             raise ValueError
+        if "chars" in meta and not (isinstance(meta["chars"], str) and len(meta["chars"]) + 1 == vocab_size):
+            raise ValueError                                 # (a char cache's: id i + 1 for chars[i])
     except (TypeError, KeyError, ValueError):
         raise DataError(f"{os.path.join(folder, 'meta.json')}: expected {{\"vocab_size\": N, \"dtype\": \"uint16\"}}"
-                        f"{hint}") from None
+                        f" (and \"chars\": N - 1 characters, if any){hint}") from None
     sources = sources or {s: os.path.join(folder, f"{s}.bin") for s in splits}
     loaders = {s: (lambda s=s, source=sources[s]: LMSplit(load_bin(os.path.join(folder, f"{s}.bin"), dtype),
                                                           block_size, source)) for s in splits}
@@ -265,7 +267,7 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
                 return LMSplit(load_bin(sources[s], dtype), block_size, sources[s])
         load("val")                                          # small: a wrong --tokenizer fails at once
         return Task("openwebtext", "lm", vocab, block_size, 0, {s: (lambda s=s: load(s)) for s in sources},
-                    sources=sources, meta=meta or None)
+                    sources=sources, meta=meta or {})
     folder = os.path.join(cache_dir, "openwebtext", f"hf-{tokenizer}")
 
     def build(out):
