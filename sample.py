@@ -59,14 +59,24 @@ def parse(argv):
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cuda, cuda:N, mps or cpu "
                    "(default auto)")
     p.add_argument("--data_dir", help="where the run's data is now, if it moved (rebuilds a word vocabulary)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    p.set_defaults(**dict.fromkeys(vars(args)))              # again without defaults: the flags given
+    args.given = {k for k, v in vars(p.parse_args(argv)).items() if v is not None}
+    return args
 
 
 def check(args):
     """Everything a sampling needs, checked before it begins: (model, tokenizer, prompt ids, device). A bad flag,
     prompt, checkpoint or device, or more than MAX_NEW_TOKENS or the device's memory, is one line."""
     for name, value in vars(args).items():                  # config.LIMITS: what each flag allows
-        check_value(name, value)
+        if name != "given":
+            check_value(name, value)
+    moot = (("temperature", "seed") if args.top_k == 1 else ("temperature", "top_k", "seed")
+            if not args.max_new_tokens else ())
+    if flag := next((k for k in moot if k in args.given), None):   # (a flag is honoured or refused)
+        raise UsageError(f"--{flag} {getattr(args, flag)}: " + ("--top_k 1 draws the most likely token, whatever the "
+                         "temperature or seed" if args.top_k == 1 else "--max_new_tokens 0 draws nothing")
+                         + f"; leave out --{flag}")
     if args.max_new_tokens > MAX_NEW_TOKENS:
         raise UsageError(f"--max_new_tokens {args.max_new_tokens:,}: allowed is at most {MAX_NEW_TOKENS:,} (each "
                          "token is one step after the last: about 20 minutes for a small model on a CPU)")
@@ -89,7 +99,8 @@ def check(args):
     tok, n = tokenizer_of(ckpt, args.data_dir)
     never = [*([0] if tok.padding else []), *range(n, model.config.vocab_size)]   # the padding id 0 of a data
     if never:                                                # vocabulary, and ids no text has (--vocab_size 50304)
-        mask = lambda logits: logits.index_fill(-1, torch.tensor(never, device=logits.device), float("-inf"))  # noqa: E731
+        mask = lambda logits: logits.index_fill(-1, torch.tensor(never, device=logits.device),  # noqa: E731
+                                                float("-inf"))
         if isinstance(getattr(model, "lm_head", None), torch.nn.Module):
             model.lm_head.register_forward_hook(lambda m, i, logits: mask(logits))
         else:                                                # (a fork's output layer of another name: its forward's)

@@ -133,6 +133,22 @@ def test_the_padding_id_is_never_sampled(tmp_path):
     assert not sample.Tiktoken.padding                        # (gpt2's id 0 is '!', byte 0 a byte: both drawn)
 
 
+@pytest.mark.parametrize("flags, said", [
+    (["--top_k", "1", "--temperature", "0.5"], "--temperature 0.5: --top_k 1 draws the most likely token, whatever the "
+                                               "temperature or seed; leave out --temperature"),
+    (["--top_k", "1", "--seed", "7"], "--seed 7: --top_k 1 draws the most likely token"),
+    (["--max_new_tokens", "0", "--top_k", "5"], "--top_k 5: --max_new_tokens 0 draws nothing; leave out --top_k"),
+    (["--max_new_tokens", "0", "--seed", "5"], "--seed 5: --max_new_tokens 0 draws nothing")])
+def test_a_sampling_flag_the_sampling_leaves_moot_is_refused(char_run, flags, said):
+    root, _ = char_run
+    with pytest.raises(config.UsageError) as e:
+        run_sample("--ckpt", root / "run" / "ckpt.pt", *flags)
+    assert str(e.value).startswith(said)
+    y, _ = run_sample("--ckpt", root / "run" / "ckpt.pt", "--start", "to", "--top_k", "1", "--num_samples", 2,
+                      "--max_new_tokens", 3, "--device", "cpu")       # greedy: the default temperature and seed
+    assert y.shape == (2, 5) and y[0].tolist() == y[1].tolist()
+
+
 @pytest.mark.parametrize("module", ["tasks", "tasks.lmm", "tasks.lm.x"])
 def test_python_m_tasks_without_a_module_of_tasks_is_one_line(module):
     p = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
