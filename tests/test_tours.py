@@ -8,8 +8,11 @@ import ast
 import glob
 import json
 import os
+import select
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -123,6 +126,53 @@ def test_a_tour_run_with_a_flag_or_a_backend_matplotlib_lacks_is_one_line_before
                            env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
         assert p.returncode == 1 and p.stderr.startswith(said) and len(p.stderr.splitlines()) == 1, p.stderr
         assert p.stdout == "" and not (tmp_path / "out").exists()
+
+
+
+def started_tour(name, folder):
+    """python tours/NAME.py from `folder`, its stdout and stderr pipes."""
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "tours", f"{name}.py")], cwd=folder, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def first_line(p, seconds=60):
+    """The first line the tour prints (after its set-up cell and imports), or "" if none comes in `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and p.poll() is None:
+        if select.select([p.stdout], [], [], 0.5)[0]:
+            return p.stdout.readline()
+    return ""
+
+
+@pytest.mark.parametrize("name", TOURS)
+def test_a_tour_stopped_by_ctrl_c_says_one_line_and_exits_130(name, tmp_path):
+    """Ctrl-C (SIGINT) to python tours/NAME.py, a few seconds in: one line on stderr, exit status 130, as the
+    project's programs; no traceback. (Under Jupyter the interrupt stays the kernel's KeyboardInterrupt.)"""
+    p = started_tour(name, tmp_path)
+    try:
+        first_line(p)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130 and "Traceback" not in err and len(err.splitlines()) <= 3, err[-3000:]
+
+
+@pytest.mark.parametrize("name", TOURS)
+def test_a_tour_whose_reader_goes_away_ends_quietly(name, tmp_path):
+    """python tours/NAME.py | head -1: the reader gone after one line, the tour ends as the programs do (SIGPIPE;
+    exit status 1 where there is none), no BrokenPipeError traceback."""
+    p = started_tour(name, tmp_path)
+    try:
+        line = first_line(p)
+        p.stdout.close()
+        err = p.stderr.read()
+        p.wait(timeout=120)
+    finally:
+        p.kill()
+    assert line, "no line printed within 60 s: stdout to a pipe must be written line by line"
+    assert p.returncode in (-getattr(signal, "SIGPIPE", 0), 1) and "Traceback" not in err, err[-3000:]
 
 
 def test_the_simpletron_tours_training_stops_in_one_line_when_train_py_refuses(tmp_path, monkeypatch, capsys):

@@ -24,6 +24,7 @@
 # Set-up. On Google Colab: clone your copy of the project (set REPO to its address) and install its requirements.
 # Anywhere else: find the project's folder (the one that holds train.py) and work from there.
 import os
+import signal
 import subprocess
 import sys
 
@@ -44,6 +45,17 @@ else:
 os.chdir(ROOT)                                            # train.py's out/ and data/ go there
 sys.path.insert(0, ROOT)                                  # before tours/: the model file, not the tour of its name
 if "ipykernel" not in sys.modules:                        # python tours/NAME.py: no flags; MPLBACKEND a backend
+    def stop_quietly(kind, error, trace):                 # Ctrl-C, or the reader of stdout gone (... | head -1):
+        if issubclass(kind, BrokenPipeError):             # end as the project's programs do, without a traceback
+            from data import stopped_by_pipe
+            stopped_by_pipe()
+        if issubclass(kind, KeyboardInterrupt) or kind.__name__ == "Interrupted":   # (train.py's, between steps)
+            print("interrupted: the tour stopped; the files it wrote before are as they were", file=sys.stderr)
+            os._exit(130)                                 # (sys.exit is no use in an excepthook)
+        sys.__excepthook__(kind, error, trace)
+    sys.excepthook = stop_quietly
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # (a background job starts with Ctrl-C ignored)
+    sys.stdout.reconfigure(line_buffering=True)           # each line as it is printed, to a pipe too
     if sys.argv[1:]:
         sys.exit(f"error: a tour reads no flags ({' '.join(sys.argv[1:])}): run python {sys.argv[0]} alone")
     try:
