@@ -177,6 +177,7 @@ def load_nanogpt(path):
     except (Exception, SystemExit) as e:
         raise UsageError(f"--nanogpt {path} is not nanoGPT's model.py: its GPT(GPTConfig(...)) is not built or does "
                          f"not return (logits, loss) ({type(e).__name__}: {data.one_line(e, 150)})") from None
+    return gpt
 
 
 # nanoGPT's README CPU run (shakespeare_char; bias False is its train.py's default)
@@ -189,19 +190,17 @@ def length_configs(args, device, models, lengths):
     """(record, steps, mode) of every model at every length: its training step and inference forward (only the
     forward with --infer_only), and with --checkpointing the training step of a copy that recomputes its blocks."""
     configs = []
-    for L in lengths:
-        for m in models:
-            if m in ATTENTION:
-                steps, params = attention_steps(m, args.batch, L, args, device), 0
-            else:
-                model = speed_model(m, L, args).to(device)
-                steps = make_steps(model, args.batch, L, args.vocab, args.head, device, args.dtype)
-                params = sum(p.numel() for p in model.parameters())
-            for mode in ("infer",) if args.infer_only else ("train", "infer"):
-                configs.append(({"model": m, "length": L, "mode": mode, "batch": args.batch, "params": params},
-                                steps, mode))
-            if args.checkpointing and m not in ATTENTION:
-                configs.append(checkpointing_config(model, m, L, params, args, device))
+    for L, m in itertools.product(lengths, models):
+        if m in ATTENTION:
+            steps, params = attention_steps(m, args.batch, L, args, device), 0
+        else:
+            model = speed_model(m, L, args).to(device)
+            steps = make_steps(model, args.batch, L, args.vocab, args.head, device, args.dtype)
+            params = sum(p.numel() for p in model.parameters())
+        for mode in ("infer",) if args.infer_only else ("train", "infer"):
+            configs.append((dict(model=m, length=L, mode=mode, batch=args.batch, params=params), steps, mode))
+        if args.checkpointing and m not in ATTENTION:
+            configs.append(checkpointing_config(model, m, L, params, args, device))
     return configs
 
 
@@ -288,8 +287,7 @@ def time_configs(configs, args, device):
 
     def measure(i):
         if i == len(configs):
-            rates.append(matmul_rate(device, args.dtype, args.clock))
-            return
+            return rates.append(matmul_rate(device, args.dtype, args.clock))
         rec, steps, mode = configs[i]
         n = args.inner if rec.get("config") == "nanogpt-cpu" else 1
         times[i].append(timed(steps[mode], device, n, args.clock))
@@ -308,8 +306,7 @@ def speed_records(configs, times, device):
     """One record per configuration: the median time, tokens/s, FLOPs, FLOP/s and peak memory."""
     records = []
     for (rec, steps, mode), ts in zip(configs, times):
-        ms = statistics.median(ts)
-        flops = count_flops(steps["flops_train" if mode == "train" else "infer"])
+        ms, flops = statistics.median(ts), count_flops(steps["flops_train" if mode == "train" else "infer"])
         records.append({**rec, "ms": ms, "ms_all": ts, "peak_mem_mb": peak_memory(steps[mode], device),
                         "tokens_per_s": rec["batch"] * rec["length"] / (ms / 1000), "flops": flops,
                         "flops_per_s": flops / (ms / 1000)})
@@ -443,8 +440,7 @@ def write_json(out, name, obj):
 
 def write_results(args, device, records, ratios):
     """speed.json, speed_summary.json, speed.md and the plots; the table printed."""
-    machine = machine_of(device, args)
-    path = write_json(args.out, "speed", records)
+    machine, path = machine_of(device, args), write_json(args.out, "speed", records)
     write_json(args.out, "speed_summary", {"machine": machine, "ratios": ratios, "settings": vars(args),
                                            "peak_mem_mb": PEAK_MEM_NOTE[torch.device(device).type]})
     md = speed_table(records, ratios, machine)
@@ -595,8 +591,7 @@ def wall_split(args, device):
     records = []
     for run in USER_RUNS:
         with tempfile.TemporaryDirectory(prefix="bench-wall-") as tmp:
-            own = types.SimpleNamespace(cache_dir=os.path.join(tmp, "data"), device=args.device)
-            out = os.path.join(tmp, "run")
+            own, out = types.SimpleNamespace(cache_dir=os.path.join(tmp, "data"), device=args.device), f"{tmp}/run"
             lines = run_train(run, "", out, own)
             steps, evals = log_records(out)
             first = min(steps, key=lambda s: s if s % 10 == 0 else math.inf)  # its progress line: the two clocks
@@ -693,12 +688,11 @@ def speed_generate(args, device, models):
     """Generation benchmark: for each model and context, in interleaved rounds, a prefill of the prompt (timed
     on its own) and then new_tokens decode steps timed together: ms per new token. Records and ratios."""
     configs = []
-    for L in args.context_list:
-        for m in models:
-            model = speed_model(m, L + args.new_tokens, args, head="lm").to(device).eval()
-            configs.append(({"model": m, "length": L, "mode": "generate", "batch": args.batch,
-                             "new_tokens": args.new_tokens, "params": sum(p.numel() for p in model.parameters())},
-                            generation_steps(model, args.batch, L, args.new_tokens, args.vocab, device)))
+    for L, m in itertools.product(args.context_list, models):
+        model = speed_model(m, L + args.new_tokens, args, head="lm").to(device).eval()
+        configs.append(({"model": m, "length": L, "mode": "generate", "batch": args.batch,
+                         "new_tokens": args.new_tokens, "params": sum(p.numel() for p in model.parameters())},
+                        generation_steps(model, args.batch, L, args.new_tokens, args.vocab, device)))
     print(f"generation on {device} ({torch.get_num_threads()} threads): {len(configs)} configurations, "
           f"{args.repeats} interleaved rounds of {args.new_tokens} new tokens", flush=True)
     per_token, prefill_ms = [[] for _ in configs], [[] for _ in configs]
@@ -750,8 +744,7 @@ def machine_lines(machine):
 
 def speed_table(records, ratios, machine):
     mfu = machine.get("peak_flops") is not None
-    gen = [r for r in records if r["mode"] == "generate"]
-    records = [r for r in records if r["mode"] != "generate"]
+    gen, records = [r for r in records if r["mode"] == "generate"], [r for r in records if r["mode"] != "generate"]
     lines = machine_lines(machine) + (md_table(
         ["model", "config", "batch x tokens", "mode", "ms", "tokens/s", "peak MiB", "GFLOP", "GFLOP/s",
          "share of matmul", "GFLOP/s / baseline's"] + ["MFU"] * mfu,
@@ -777,14 +770,13 @@ def speed_table(records, ratios, machine):
 def length_axes(ax, lengths, ys, xlabel, ylabel):
     """Log-log axes: the lengths measured as the x ticks, readable y ticks around the values drawn."""
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    ax.set(yscale="log", xlabel=xlabel, ylabel=ylabel)
     ax.set_xticks(lengths, [str(v) for v in lengths])
     ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
     if len(lengths) == 1:
         ax.set_xlim(lengths[0] / 1.5, lengths[0] * 1.5)
     if ys:
         log_ticks(ax, "y", ys)
-    ax.set(xlabel=xlabel, ylabel=ylabel)
     ax.grid(True, which="major", alpha=0.3)
 
 
@@ -795,8 +787,7 @@ def finish_figure(fig, handles, ncol, what, machine, batch, out, name):
                                                      f", {machine['threads']} torch thread(s), "
                                                      f"{'CPU' if machine['clock'] == 'cpu' else 'wall'} time") +
                  f"; batch {batch}, medians of interleaved rounds")
-    path = os.path.join(out, f"{name}.png")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    fig.savefig(path := os.path.join(out, f"{name}.png"), dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -811,8 +802,7 @@ def plot_speed(records, out, machine):
             for mode, ls in (("train", "-"), ("infer", "--")):
                 rs = sorted((r for r in rows if r["model"] == name and r["mode"] == mode), key=lambda r: r["length"])
                 if rs:
-                    y = [max(r[key], 1e-3) for r in rs]
-                    ys += y
+                    ys += (y := [max(r[key], 1e-3) for r in rs])
                     ax.plot([r["length"] for r in rs], y, ls, marker="o", color=plt.cm.tab10(n_i))
         length_axes(ax, sorted({r["length"] for r in rows}), ys, "sequence length (tokens)", ylabel)
     axes[0].set_title("time per training step and inference forward")
@@ -904,21 +894,30 @@ def parse(argv):
     args = p.parse_args(argv)
     p.set_defaults(**dict.fromkeys(vars(args)))              # parsed again without defaults: the flags typed
     args.typed = sorted(k for k, v in vars(p.parse_args(argv)).items() if v is not None)   # (speed.json: a list)
-    mode, steps = "--loop or --wall" if args.loop or args.wall else "--compile" if args.compile else None, \
-        args.lengths.strip() != ""                           # a flag honoured or refused, never dropped:
+    user, steps = args.loop or args.wall, args.lengths.strip() != ""    # a flag honoured or refused, never dropped:
+    mode = "--loop or --wall" if user else "--compile" if args.compile else None
+    alone = args.compare_only and not (mode or args.infer_only)    # --compare_only: nanoGPT's configuration alone
     acts = {"contexts": (args.generate, "--generate"), "new_tokens": (args.generate, "--generate"),
-            "cache_dir": (args.loop or args.wall, "--loop or --wall"),
-            "max_minutes": (not (args.loop or args.wall), "the benchmarks it estimates, not --loop or --wall"),
-            "lengths": (not (args.loop or args.wall), "the step benchmark or --compile (--loop: the README's runs)"),
-            "checkpointing": (steps and not (mode or args.infer_only),
-                              "training steps at --lengths (not --infer_only)"),
+            "cache_dir": (user, "--loop or --wall"),
+            "clock": (not user, "the step benchmark, --generate or --compile, not --loop or --wall (the wall clock)"),
+            **dict.fromkeys(("repeats", "dtype", "threads"), (args.loop or not args.wall, "bench.py's own steps, not "
+                            "--wall alone (each README command runs once, in a train.py process of its own)")),
+            "peak_tflops": (not mode, f"the step benchmark's FLOP/s (MFU), not {mode}"),
+            "max_minutes": (not user, "the benchmarks it estimates, not --loop or --wall"),
+            "lengths": (not (user or alone), "the step benchmark or --compile (--loop: the README's runs; "
+                        "--compare_only: nanoGPT's configuration alone)"),
+            "checkpointing": (steps and not (mode or args.infer_only or alone),
+                              "training steps at --lengths (not --infer_only or --compare_only)"),
             "compare_only": (not (mode or args.infer_only), "training steps of the step benchmark (not --infer_only)"),
             "inner": (not (mode or args.infer_only) and (steps or args.nanogpt or not args.generate),
                       "nanoGPT's configuration's training step, in the step benchmark"),
-            **{f: (not mode, f"the step benchmark, not {mode}") for f in ("generate", "infer_only", "nanogpt")},
-            **{f: (not (args.loop or args.wall), "the benchmarks of --models, not --loop or --wall (the README's "
-                   "commands as they are)") for f in ("models", "n_layer", "n_head", "n_embd", "vocab", "batch",
-                                                      "head", "time_dim")}}
+            **{f: (not mode and ok, f"the step benchmark, not {mode or why}") for f, ok, why in (
+                ("generate", not alone, "--compare_only (nanoGPT's configuration alone)"),
+                ("infer_only", steps, "generation alone (--lengths '')"),
+                ("nanogpt", not args.infer_only, "--infer_only (nanoGPT's row is a training step)"))},
+            **{f: (not (user or alone), "the benchmarks of --models, not " + ("--compare_only (nanoGPT's configuration "
+                   "alone)" if alone else "--loop or --wall (the README's commands as they are)"))
+               for f in ("models", "n_layer", "n_head", "n_embd", "vocab", "batch", "head", "time_dim")}}
     if moot := next((f for f, (used, _) in acts.items() if not used and f in args.typed), None):
         raise UsageError(f"--{moot}{'' if getattr(args, moot) is True else f' {getattr(args, moot)}'}: it acts only "
                          f"with {acts[moot][1]}; leave it out")
@@ -954,6 +953,9 @@ def read_lists(args, device):
                      if models and f in args.typed and not used), None):
         raise UsageError(moot)
     args.context_list = int_list("contexts", args.contexts) if args.generate else []
+    if twice := next((f"--{f} {getattr(args, f)} names {v} twice: name each once" for f, vs in (("models", models),
+                      ("lengths", lengths), ("contexts", args.context_list)) for v in vs if vs.count(v) > 1), None):
+        raise UsageError(twice)
     if args.generate and (not args.context_list or min(args.context_list) < 1):
         raise UsageError("--generate needs --contexts of at least 1 token and --new_tokens of at least 1")
     if args.generate and args.head != "lm":
@@ -980,8 +982,7 @@ def read_lists(args, device):
 
 def main(argv=None):
     args = parse(sys.argv[1:] if argv is None else argv)
-    device = pick_device(args.device)
-    models, lengths, nano = read_lists(args, device)
+    models, lengths, nano = read_lists(args, device := pick_device(args.device))
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads or threads)
     try:

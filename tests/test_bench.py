@@ -169,7 +169,7 @@ def test_bad_input_is_one_line_and_no_traceback(tmp_path):
      "--generate times whole models (simpletron, softmax, transject, diffeqformer), not simple_attention, which only "
      "the step benchmark times (--lengths): leave it out"),
     (["--infer_only", "--checkpointing"], "--checkpointing: it acts only with training steps at --lengths (not "
-                                          "--infer_only); leave it out"),
+                                          "--infer_only or --compare_only); leave it out"),
     (["--compare_only", "--infer_only"], "--compare_only: it acts only with training steps of the step benchmark (not "
                                          "--infer_only)"),
     (["--loop", "--generate"], "--generate: it acts only with the step benchmark, not --loop or --wall"),
@@ -207,6 +207,63 @@ def test_nothing_runs_on_an_empty_list_or_a_size_beyond_the_machine(argv, words,
         bench.main([*argv, "--out", str(tmp_path / "out"), "--device", "cpu"])   # the CPU's memory, on any machine
     assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
     assert not (tmp_path / "out").exists()                   # refused before anything was written
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--compare_only", "--models", "transject"], "--models transject: it acts only with the benchmarks of --models, "
+                                                  "not --compare_only (nanoGPT's configuration alone)"),
+    (["--compare_only", "--lengths", "64"], "--lengths 64: it acts only with the step benchmark or --compile (--loop: "
+                                            "the README's runs; --compare_only: nanoGPT's configuration alone)"),
+    (["--compare_only", "--checkpointing"], "--checkpointing: it acts only with training steps at --lengths (not "
+                                            "--infer_only or --compare_only)"),
+    (["--compare_only", "--generate"], "--generate: it acts only with the step benchmark, not --compare_only"),
+    (["--infer_only", "--nanogpt", "/tmp/nowhere/model.py"], "--nanogpt /tmp/nowhere/model.py: it acts only with the "
+                                                             "step benchmark, not --infer_only"),
+    (["--generate", "--lengths", "", "--infer_only"], "--infer_only: it acts only with the step benchmark, not "
+                                                      "generation alone (--lengths '')"),
+    *[([mode, flag, value], f"{flag} {value}: it acts only with bench.py's own steps, not --wall alone")
+      for mode, flag, value in (("--wall", "--repeats", "3"), ("--wall", "--dtype", "bfloat16"),
+                                ("--wall", "--threads", "1"))],
+    *[([mode, "--clock", "cpu"], "--clock cpu: it acts only with the step benchmark, --generate or --compile, not "
+                                 "--loop or --wall") for mode in ("--wall", "--loop")],
+    (["--loop", "--peak_tflops", "100"], "--peak_tflops 100.0: it acts only with the step benchmark's FLOP/s (MFU), "
+                                         "not --loop or --wall"),
+    (["--compile", "--peak_tflops", "50"], "--peak_tflops 50.0: it acts only with the step benchmark's FLOP/s (MFU), "
+                                           "not --compile")])
+def test_a_flag_moot_with_the_others_is_named_before_the_out_folder_or_any_work(argv, words, tmp_path):
+    (tmp_path / "file").write_text("x")                      # an --out that cannot be written: the moot flag first
+    with pytest.raises(bench.UsageError) as e:
+        bench.main([*argv, "--out", str(tmp_path / "file"), "--device", "cpu"])
+    assert str(e.value).startswith(words) and str(e.value).endswith("; leave it out"), str(e.value)
+    assert "\n" not in str(e.value)
+
+
+def test_flags_that_act_with_loop_or_the_nanogpt_comparison_are_still_taken(tmp_path):
+    for argv in (["--loop", "--wall", "--repeats", "2", "--dtype", "float32", "--threads", "1"],
+                 ["--compare_only", "--nanogpt", "/tmp/model.py", "--inner", "2", "--peak_tflops", "1"],
+                 ["--compile", "--clock", "cpu", "--repeats", "2"], ["--generate", "--lengths", "", "--threads", "1"]):
+        bench.parse([*argv, "--out", str(tmp_path)])
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--lengths", "16,16"], "--lengths 16,16 names 16 twice: name each once"),
+    (["--models", "softmax,softmax", "--lengths", "16"], "--models softmax,softmax names softmax twice: name each "
+                                                          "once"),
+    (["--generate", "--lengths", "", "--contexts", "8,8"], "--contexts 8,8 names 8 twice: name each once")])
+def test_a_model_or_length_named_twice_is_refused(argv, words, tmp_path):
+    with pytest.raises(bench.UsageError, match=re.escape(words)):
+        bench.main([*argv, "--out", str(tmp_path / "out"), "--device", "cpu"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_moot_flag_is_one_line_exit_2_without_a_traceback(tmp_path):
+    (tmp_path / "file").write_text("x")
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench.py"), "--wall", "--dtype", "bfloat16", "--out",
+                        str(tmp_path / "file")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stdout == "" and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == ["error: --dtype bfloat16: it acts only with bench.py's own steps, not "
+                                             "--wall alone (each README command runs once, in a train.py process of "
+                                             "its own); leave it out"], r.stderr
 
 
 def test_an_out_folder_that_cannot_be_made_is_refused_before_any_timing(tmp_path):
@@ -504,3 +561,49 @@ def test_the_time_estimate_counts_nanogpts_configuration_and_its_inner_steps(mon
     bench.check_sizes(args, "cpu", ["simpletron"], [16])
     args.inner, args.infer_only = 300, True                  # (--infer_only leaves nanoGPT's configuration out)
     bench.check_sizes(args, "cpu", ["simpletron"], [16])
+
+
+NANOGPT_STANDIN = '''
+import dataclasses
+import torch
+
+
+@dataclasses.dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    dropout: float = 0.0
+    bias: bool = True
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.wte = torch.nn.Embedding(config.vocab_size, config.n_embd)
+        self.lm_head = torch.nn.Linear(config.n_embd, config.vocab_size, bias=config.bias)
+        print("number of parameters: ...")
+
+    def forward(self, idx, targets=None):
+        logits = self.lm_head(self.wte(idx))
+        loss = None if targets is None else torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten())
+        return logits, loss
+'''
+
+
+def test_nanogpts_model_is_built_at_its_cpu_configuration_and_timed_beside_ours(tmp_path):
+    """--nanogpt FILE: nanoGPT's GPT(GPTConfig(...)) at shakespeare_char's CPU run (4 layers, 4 heads, 128 wide,
+    64 tokens, 65 characters, no bias), a row of its own beside our GPT's in that configuration."""
+    (tmp_path / "model.py").write_text(NANOGPT_STANDIN)
+    gpt = bench.load_nanogpt(str(tmp_path / "model.py"))
+    assert (gpt.config.n_layer, gpt.config.n_head, gpt.config.n_embd, gpt.config.block_size, gpt.config.vocab_size,
+            gpt.config.bias) == (4, 4, 128, 64, 65, False)
+    bench.main(["--out", str(tmp_path / "o"), "--models", "softmax", "--lengths", "16", "--repeats", "1", "--inner",
+                "1", "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--threads", "1",
+                "--nanogpt", str(tmp_path / "model.py")])
+    records = json.loads((tmp_path / "o" / "speed.json").read_text())
+    assert [(r["model"], r["batch"], r["length"]) for r in records if r.get("config") == "nanogpt-cpu"] == \
+        [("softmax", 12, 64), ("nanogpt", 12, 64)]
