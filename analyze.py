@@ -37,8 +37,8 @@ attnstd    SimpleTRON fig. 5: per block, the standard deviation of the attention
            the attention sublayer's output, over training, from the records train.py --attn_std_interval N
            writes into log.jsonl (one fixed val batch, every N steps).
 curves     the training curves of train.py runs from their log.jsonl (curves.py): train loss (moving average)
-           and val loss; val accuracy or, for a language model, val perplexity. Runs that differ only by seed
-           (experiments.py's folders out/exp/TABLE/ROW-sSEED) are one line, their mean, and a band from the lowest
+           and val loss; val accuracy or, for a language model, val perplexity. Runs of one folder that differ only by
+           seed (experiments.py's out/exp/TABLE/ROW-sSEED) are one line, their mean, and a band from the lowest
            to the highest seed; the summary gives each row's last val loss and accuracy or perplexity.
 """
 
@@ -58,7 +58,6 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 os.environ["MPLBACKEND"] = "Agg"                            # files only (an unknown backend would stop the import)
-import matplotlib  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 
 import curves  # noqa: E402
@@ -80,8 +79,7 @@ def one_thread():
         torch.set_num_threads(old)
 
 
-# ==============================================================================================
-# The mathematics. Plain functions of tensors, each checked by tests/test_analyze.py.
+# ==== The mathematics. Plain functions of tensors, each checked by tests/test_analyze.py.
 
 def head_spectra(Wq, Wk, Wv, Wo, n_head):
     """Eigenvalues of QK_h = W_Q^h (W_K^h)^T and OV_h = W_V^h W_O^h for every head h.
@@ -290,8 +288,7 @@ def spread(X):
     return torch.pdist(X).mean().item()
 
 
-# ==============================================================================================
-# Checkpoints, models and their insides
+# ==== Checkpoints, models and their insides
 
 def load(path, device="cpu"):
     """(model, checkpoint) of a train.py checkpoint, in eval mode."""
@@ -370,7 +367,7 @@ def layer_states(model, idx):
 def task_of(ckpt):
     a = ckpt.get("args", {})
     kw = dict(cache_dir=a.get("cache_dir", "data"), data_dir=a.get("data_dir"), seed=a.get("seed", 0),
-              tokenizer=a.get("tokenizer", "gpt2"), **{k: a[k] for k in TASK_FLAGS if k in a})
+              tokenizer=a.get("tokenizer") or "gpt2", **{k: a[k] for k in TASK_FLAGS if k in a})
     if "block_size" in ckpt["config"]:
         kw["block_size"] = ckpt["config"]["block_size"]
     task = data.load_task(a.get("task", "listops"), **kw)
@@ -400,14 +397,16 @@ def encode_text(text, ckpt):
         words = recorded or sorted(set(tasks.lm.read_words(tasks.lm.ptb_files(a.get("data_dir") or os.path.join(
             a.get("cache_dir") or "data", "ptb"))["train"])))
         vocab = {w: i for i, w in enumerate(words, start=1)}   # as tasks.lm.ptb numbers them
-        labels = text.lower().split()
-        ids = [vocab.get(w, vocab.get("<unk>")) for w in labels]
+        labels = text.split()                                # a word as typed, else lower-cased (PTB's), else <unk>
+        ids = [vocab.get(w, vocab.get(w.lower(), vocab.get("<unk>"))) for w in labels]
         if None in ids:                                      # (a vocabulary without <unk>: no stand-in)
             raise UsageError(f"--text: word {labels[ids.index(None)]!r} is not in the run's vocabulary, which has no "
                              "<unk> to stand in for it")
     elif tokenizer == "char":                                # the characters the run's cache numbered
         chars = recorded or data.load_task(task, cache_dir=a.get("cache_dir") or "data", data_dir=a.get("data_dir"),
                                            tokenizer="char").meta["chars"]
+        if not isinstance(chars, str):                       # (a damaged checkpoint: words for a char run)
+            raise UsageError(f"the checkpoint's vocabulary is a {type(chars).__name__}, not a char run's characters")
         ids, labels = tasks.lm.char_ids(text, chars, "--text").tolist(), list(text)
     elif tokenizer == "byte":                                # id = byte (256: <|endoftext|>), given as such
         ids = list(text.encode(errors="surrogateescape"))    # (a byte that is not UTF-8, as the shell passed it)
@@ -425,8 +424,7 @@ def encode_text(text, ckpt):
     return torch.tensor([ids]), labels
 
 
-# ==============================================================================================
-# Output helpers
+# ==== Output helpers
 
 def write_json(out, name, obj):
     os.makedirs(out, exist_ok=True)
@@ -450,8 +448,7 @@ def cx(z):
     return [[float(v.real), float(v.imag)] for v in np.ravel(z)]
 
 
-# ==============================================================================================
-# Subcommands
+# ==== Subcommands
 
 def cmd_spectra(args):
     (model, ckpt), = args.models
@@ -673,6 +670,8 @@ def read_attention_std(run):
     if not data.file_problem(meta):
         with data.reading(meta, "is damaged"), open(meta, encoding="utf-8-sig") as f:
             acc = dict(json.load(f)).get("test_acc")          # (not a JSON object: damaged too)
+        if data.finite(acc) and not 0 <= acc <= 1:
+            raise UsageError(f"--run {run}: {meta} is damaged: its test_acc {acc:g} is not an accuracy (0 to 1)")
         label += f" (test acc {100 * acc:.1f}%)" if data.finite(acc) else ""
     return records, label
 
@@ -745,11 +744,10 @@ def last_values(row):
 
 def cmd_curves(args):
     """The training curves of train.py runs (curves.py); the seeds of one row as their mean and a band."""
-    runs = args.runs
     png = os.path.join(args.out, "curves.png")
-    rows = curves.plot_runs(runs, png)
+    rows = curves.plot_runs(args.runs, png)
     path = write_json(args.out, "curves", {"note": "per row, the last val values that all its seeds have: their "
-                                           "mean, min and max (val_acc a fraction)", "runs": runs, "rows": rows})
+                                           "mean, min and max (val_acc a fraction)", "runs": args.runs, "rows": rows})
     for row in rows:
         print(last_values(row))
     print(f"wrote {path}, {png}")
@@ -825,8 +823,7 @@ def cmd_cluster(args):
     print(f"wrote {path}, {png}")
 
 
-# ==============================================================================================
-# Command line
+# ==== Command line
 
 # name: (what it computes, the models or files it applies to); --help shows both and the docstring's paragraph
 SUBCOMMANDS = {
@@ -927,9 +924,10 @@ def check(args):
         check_models(args)
     elif args.command == "cluster":
         degrees = [int(d) for d in args.degrees.split(",")]
-        if len(degrees) > 8 or any(d > 999 or d * math.log10(args.T) >= MOST_GROWTH for d in degrees):
-            raise UsageError(f"--degrees {args.degrees} with --T {args.T:g}: allowed are at most 8 degrees k <= 999, "
-                             f"with g(t) = 1 + t^k below 1e{MOST_GROWTH} (one panel each)")
+        if len(set(degrees)) < len(degrees) or len(degrees) > 8 or any(
+                d > 999 or d * math.log10(args.T) >= MOST_GROWTH for d in degrees):
+            raise UsageError(f"--degrees {args.degrees} with --T {args.T:g}: allowed are at most 8 different degrees "
+                             f"k <= 999, with g(t) = 1 + t^k below 1e{MOST_GROWTH} (one panel each)")
         pairs = max(args.tokens, 100) ** 2 * args.steps * len(degrees)
         if pairs > MOST_PAIRS:
             raise UsageError(f"--tokens {args.tokens:,} x --steps {args.steps:,} x {len(degrees)} --degrees: "
@@ -943,9 +941,11 @@ def check(args):
         args.runs = list(args.runs) + (table_runs(args.table) if args.table else [])
         if not args.runs:
             raise UsageError("curves needs run folders (python analyze.py curves out/a out/b) or --table NAME")
-        for run in args.runs:
+        for i, run in enumerate(args.runs):
             if not run:
                 raise UsageError("curves: a run folder is an empty string; give the folder of a train.py run")
+            if os.path.realpath(run) in map(os.path.realpath, args.runs[:i]):
+                raise UsageError(f"curves: the run {run} is given twice (once is its line)")
             path = os.path.join(run, "log.jsonl")
             log = None if data.file_problem(path) else curves.read_log(path)
             damaged = log and log["damaged"] and f"has a damaged record (step {log['damaged'][0]})"

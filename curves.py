@@ -190,10 +190,17 @@ def row_of(run):
 
 
 def plot_runs(runs, png_path, labels=None):
-    """Runs over each other, those of one label (default: row_of, the seeds of a row) as one line and a band.
+    """Runs over each other, those of one label as one line and a band. The default label: row_of, so that the seeds
+    of one row in one folder (experiments.py's out/exp/TABLE/ROW-sSEED) are one row; a row whose name another
+    folder's row shares is named with its folder too. A run given twice counts once.
     Returns per row {"label", "runs", "val_loss": {"step", "mean", "min", "max"}, "val_acc" or "val_ppl": alike}:
     the last values that all its seeds have."""
+    if labels is None:
+        runs = [r for i, r in enumerate(runs) if os.path.realpath(r) not in map(os.path.realpath, runs[:i])]
+    keys = [(os.path.dirname(os.path.abspath(r)), row_of(r)) for r in runs]
+    shared = {row for _, row in keys if len({k for k in keys if k[1] == row}) > 1}
     rows = {}
-    for run, label in zip(runs, labels or [row_of(r) for r in runs]):
+    for run, label in zip(runs, labels or [os.path.join(os.path.relpath(d), row) if row in shared else row
+                                           for d, row in keys]):
         rows.setdefault(label, []).append(read_log(os.path.join(run, "log.jsonl")))
     return draw_rows(rows, "training curves: the mean over seeds, the band from the lowest to the highest", png_path)

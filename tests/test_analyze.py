@@ -720,3 +720,35 @@ def test_the_task_of_a_checkpoint_is_rebuilt_with_its_generators_settings(tmp_pa
     listops = analyze.task_of({"args": {**base, "task": "listops", "listops_depth": 3, "listops_args": "2,3",
                                         "listops_len": "5,20", "listops_sizes": "6,3,3"}, "config": {}})
     assert len(listops.split("test")) == 3 and listops.block_size == 20
+
+
+def test_words_are_read_as_typed_then_lower_cased_then_unk(tmp_path):
+    for split in ("train", "valid", "test"):
+        (tmp_path / f"ptb.{split}.txt").write_text(" Alpha beta gamma \n")      # capitals kept, no <unk>
+    deq = dict(vocab_size=8, block_size=16, n_layer=1, n_head=2, n_embd=8, head="lm")
+    model_checkpoint(tmp_path / "p.pt", "diffeqformer", deq, task="ptb", data_dir=str(tmp_path))
+    ckpt = torch.load(tmp_path / "p.pt", weights_only=True)
+    ids, labels = analyze.encode_text("Alpha beta Gamma", ckpt)       # <eos> Alpha beta gamma, from 1
+    assert ids.tolist() == [[2, 3, 4]] and labels == ["Alpha", "beta", "Gamma"]
+    with pytest.raises(analyze.UsageError, match="word 'alpha' is not in the run's vocabulary"):
+        analyze.encode_text("alpha", ckpt)
+
+
+def test_a_damaged_vocabulary_or_null_tokenizer_is_no_traceback(tmp_path, monkeypatch):
+    (tmp_path / "t.txt").write_text("to be\n" * 20)
+    deq = dict(vocab_size=8, block_size=16, n_layer=1, n_head=2, n_embd=8, head="lm")
+    model_checkpoint(tmp_path / "c.pt", "diffeqformer", deq, task="textfile", tokenizer="char",
+                     data_dir=str(tmp_path / "t.txt"), cache_dir=str(tmp_path / "cache"))
+    ckpt = {**torch.load(tmp_path / "c.pt", weights_only=True), "vocabulary": ["\n", " ", "b", "e", "o", "t"]}
+    with pytest.raises(analyze.UsageError, match="vocabulary is a list, not a char run's characters"):
+        analyze.encode_text("to be", ckpt)
+    seen = {}
+    monkeypatch.setattr(analyze.data, "load_task", lambda name, **kw: seen.update(kw) or 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        analyze.task_of({"config": {}, "args": {"task": "textfile", "tokenizer": None, "data_dir": "t.txt"}})
+    assert seen["tokenizer"] == "gpt2"                                  # null: the default, as train.py's
+
+
+def test_cluster_refuses_a_degree_twice(tmp_path):
+    with pytest.raises(analyze.UsageError, match=r"^--degrees 2,2 with --T 10: allowed are at most 8 different"):
+        analyze.main(["cluster", "--degrees", "2,2", "--out", str(tmp_path)])

@@ -140,3 +140,14 @@ def test_attention_std_bad_input(tmp_path):
     (tmp_path / "plain" / "log.jsonl").write_text('{"step": 1, "loss": 2.0}\n')
     with pytest.raises(analyze.UsageError, match="--attn_std_interval N"):
         analyze.main(["attnstd", "--run", str(tmp_path / "plain"), "--out", str(tmp_path / "a")])
+
+
+def test_attnstd_refuses_an_accuracy_outside_0_to_1(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "log.jsonl").write_text('{"step": 1, "score_std": [1.0], "attn_std": [2.0], "time": 1}\n')
+    (run / "metrics.json").write_text('{"test_acc": 2.5}')
+    with pytest.raises(analyze.UsageError, match=r"metrics.json is damaged: its test_acc 2.5 is not an accuracy"):
+        analyze.main(["attnstd", "--run", str(run), "--out", str(tmp_path / "a")])
+    (run / "metrics.json").write_text('{"test_acc": 0.25}')
+    assert analyze.read_attention_std(str(run))[1] == "r (test acc 25.0%)"

@@ -205,3 +205,23 @@ def test_record_is_a_json_object_with_a_step():
     assert curves.record('{"step": 3, "loss": 1.0}\n') == {"step": 3, "loss": 1.0}
     for line in ('{"step": 3, "lo', "[1, 2]\n", "7\n", '{"loss": 1.0}\n', '{"step": "3"}\n', "\n"):
         assert curves.record(line) is None, line
+
+
+def test_rows_are_the_seeds_of_one_folder_and_a_run_counts_once(tmp_path, monkeypatch):
+    """Only the seeds of one folder are a row: same-named runs of two folders are two rows, named with their
+    folders (hand-made labels); a run given twice is one run (plot_runs) or refused (analyze.py curves)."""
+    monkeypatch.chdir(tmp_path)
+    log = lambda name, loss: os.path.dirname(write_log(tmp_path / name, classifier_log({10: (loss, 0.5)})))
+    runs = [log("exp1/out/softmax-textfile", 2.0), log("exp2/out/softmax-textfile", 3.0)]
+    rows = curves.plot_runs(runs, str(tmp_path / "c.png"))
+    assert [(r["label"], r["runs"], r["val_loss"]["mean"]) for r in rows] == [
+        ("exp1/out/softmax-textfile", 1, 2.0), ("exp2/out/softmax-textfile", 1, 3.0)]
+    runs = ["a/gpt-s0", "b/gpt-s0", "a/gpt-s1"]
+    for run, loss in zip(runs, (1.0, 2.0, 3.0)):
+        log(run, loss)
+    rows = curves.plot_runs(runs, str(tmp_path / "c.png"))
+    assert [(r["label"], r["runs"], r["val_loss"]["mean"]) for r in rows] == [("a/gpt", 2, 2.0), ("b/gpt", 1, 2.0)]
+    rows = curves.plot_runs(["a/gpt-s0", "a/gpt-s0/", "a/../a/gpt-s0"], str(tmp_path / "c.png"))
+    assert [(r["label"], r["runs"]) for r in rows] == [("gpt", 1)]
+    with pytest.raises(analyze.UsageError, match=r"^curves: the run a/gpt-s0/ is given twice"):
+        analyze.main(["curves", "a/gpt-s0", "a/gpt-s0/", "--out", "an"])
