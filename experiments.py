@@ -115,12 +115,14 @@ def lm_baselines(task, args):
 
 
 def grams(train, stream, n, V):
-    """For k = 1..n the k-grams of train and of stream (ending at k-1 on) as int64s: the rank of the first k - 1 tokens
-    among both arrays' times V plus the last token (key // V: the history's rank; no overflow whatever V is)."""
-    a, m, out, code = np.concatenate([train, stream]), len(train), {}, np.zeros(len(train) + len(stream), np.int64)
-    for k in range(1, n + 1):                                # (keys ending before k - 1, or across m, go unused)
-        out[k] = (key := np.concatenate([[0], code[:-1]]) * V + a)[k - 1:m], key[m + k - 1:]
-        code = np.unique(key, return_inverse=True)[1].reshape(-1).astype(np.int64)
+    """For k = 1..n the k-grams of train and of stream (ending at k - 1 on) as int64s: the rank of the first k - 1
+    tokens among both arrays' (key // V) times V plus the last token: no overflow, whatever V is."""
+    a, m, out = np.concatenate([train, stream]), len(train), {}   # (a k-gram across the two ends goes unused)
+    history = np.zeros(len(a), dtype=np.int64)               # the rank of the (k - 1)-gram before each token
+    for k in range(1, n + 1):
+        key = history * V + a                                # the k-gram ending at each position
+        out[k] = key[k - 1:m], key[m + k - 1:]
+        history = np.concatenate([[0], np.unique(key, return_inverse=True)[1].reshape(-1)[:-1]])
     return out
 
 
@@ -595,8 +597,7 @@ TABLES = {
          Row("softmax Transformer from scratch, same shape", BERT_SHAPE + " --model softmax --lr 5e-4")],
         majority_baseline),
     "agnews-long": Table(
-        "AG News from all-MiniLM-L6-v2, the two fine-tuned rows at four times the steps: 64 tokens, batch 16, "
-        "400 steps",
+        "AG News from all-MiniLM-L6-v2, the two fine-tuned rows at four times the steps: 64 tokens, batch 16, 400 steps",
         AGNEWS.replace("--max_iters 100 --warmup 10", "--max_iters 400 --warmup 40").replace(
             "--eval_interval 100", "--eval_interval 400"),
         FINETUNED, majority_baseline),
@@ -842,10 +843,9 @@ def run_machine(dirs):
 
 def doc_problem(name, path):
     """Why write_block cannot rewrite the block results:NAME of `path` (checked before any run), or None."""
-    if os.path.lexists(path) and data.file_problem(path):    # (a FIFO, a link to nowhere or a loop of links)
-        return data.file_problem(path)
-    if os.path.isdir(path) or data.writable_problem(os.path.dirname(path)):
-        return data.writable_problem(os.path.dirname(path)) or "it is a folder"
+    if problem := (os.path.lexists(path) and data.file_problem(path)      # (a FIFO, a link to nowhere, a loop ...)
+                   or data.writable_problem(os.path.dirname(path)) or os.path.isdir(path) and "it is a folder"):
+        return problem
     begin, end = f"<!-- results:{name} -->", f"<!-- /results:{name} -->"
     with data.reading(path):
         doc = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
