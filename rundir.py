@@ -51,8 +51,18 @@ def checkpoint_step(path):
         return None
 
 
+def python_process(pid):
+    """False for a live process that is no Python interpreter, so no train.py (a lock's id taken again by another
+    program after a reboot); True where it cannot be told (no /proc)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return b"python" in f.read().lower()
+    except OSError:
+        return True
+
+
 def lock_holder(lock):
-    """The process id in the lock file if that process is alive (0: a lock being taken now), else None."""
+    """The process id in the lock file if that process is alive and a Python (0: a lock being taken now), else None."""
     try:
         with open(lock, "rb") as f:                          # (bytes: a lock damaged, or a link to a binary file)
             text = f.read(64).decode("ascii", "replace").strip()
@@ -61,7 +71,7 @@ def lock_holder(lock):
         return None
     if not re.fullmatch("[0-9]+", text):
         return 0 if age < LOCK_GRACE else None
-    return int(text) if data.pid_alive(int(text)) else None
+    return int(text) if data.pid_alive(int(text)) and python_process(int(text)) else None
 
 
 class RunDir:

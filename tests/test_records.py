@@ -157,6 +157,25 @@ def test_python_m_tasks_without_a_module_of_tasks_is_one_line(module):
                                "the tasks of: tasks.image, tasks.listops,") and len(p.stderr.splitlines()) == 1
 
 
+def test_a_lock_whose_process_id_another_program_took_is_stale(char_run, tmp_path):
+    """A run's lock naming a live process that is no Python (its id reused after a reboot) is taken and the run
+    resumed; one naming a live Python process (this one) is in use."""
+    root, _ = char_run
+    run = tmp_path / "run"
+    run.mkdir()
+    for f in ("ckpt.pt", "best.pt", "log.jsonl"):
+        (run / f).write_bytes((root / "run" / f).read_bytes())
+    with subprocess.Popen(["sleep", "60"]) as other:
+        try:
+            (run / "lock").write_text(f"{other.pid}\n")
+            assert train.main(["--resume", "--out_dir", str(run), "--max_iters", "3"])["iters"] == 3
+        finally:
+            other.kill()
+    (run / "lock").write_text(f"{os.getpid()}\n")
+    with pytest.raises(config.UsageError, match=f"is in use by another train.py \\(process {os.getpid()}\\)"):
+        train.main(["--resume", "--out_dir", str(run), "--max_iters", "4"])
+
+
 def test_lora_rank_with_eval_only_is_refused(char_run):
     root, _ = char_run
     with pytest.raises(config.UsageError, match="--lora_rank 2: a setting of training, and --eval_only trains "):
