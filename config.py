@@ -714,10 +714,11 @@ def load_checkpoint(path, need=()):
                          f"{', '.join(MODELS)})")
     if problem := args_problem(ckpt["args"]):
         raise UsageError(f"{path} is damaged: its {problem}")
-    v, char = ckpt.get("vocabulary"), ckpt["args"].get("tokenizer") == "char"   # (a char run's characters, PTB's
-    if v is not None and not (isinstance(v, str) if char else isinstance(v, list) and all(isinstance(w, str) for w in v)):
-        raise UsageError(f"{path} is damaged: its record of what its ids stand for is not the "       # words, or None)
-                         + ("characters of its --tokenizer char" if char else "list of words of its PTB run"))
+    v, char = ckpt.get("vocabulary"), ckpt["args"].get("tokenizer") == "char"   # what its ids stand for, or None
+    fits = isinstance(v, str) if char else isinstance(v, list) and all(isinstance(w, str) for w in v)
+    if v is not None and not fits:
+        raise UsageError(f"{path} is damaged: its record of what its ids stand for is not the " + (
+            "characters of its --tokenizer char" if char else "list of words of its PTB run"))
     return ckpt
 
 

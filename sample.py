@@ -196,6 +196,7 @@ class Chars:
 
 class Tiktoken:
     padding = False                                          # (id 0 is a token: gpt2's '!', the byte 0)
+
     def __init__(self, enc):
         self.enc = enc
 
