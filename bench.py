@@ -891,9 +891,7 @@ def parse(argv):
                    "full from an empty cache, their wall time split into its parts (the main command: minutes)")
     p.add_argument("--cache_dir", default="data", help="--loop: train.py's --cache_dir")
     p.add_argument("--max_minutes", type=float, default=60, help="refuse a benchmark estimated to take longer")
-    args = p.parse_args(argv)
-    p.set_defaults(**dict.fromkeys(vars(args)))              # parsed again without defaults: the flags typed
-    args.typed = sorted(k for k, v in vars(p.parse_args(argv)).items() if v is not None)   # (speed.json: a list)
+    args = p.parse_typed(argv)                               # (args.typed: recorded in speed.json)
     user, steps = args.loop or args.wall, args.lengths.strip() != ""    # a flag honoured or refused, never dropped:
     mode = "--loop or --wall" if user else "--compile" if args.compile else None
     alone = args.compare_only and not (mode or args.infer_only)    # --compare_only: nanoGPT's configuration alone

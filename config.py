@@ -47,6 +47,14 @@ class Parser(argparse.ArgumentParser):
     def error(self, message):
         raise UsageError(f"{message} (python {self.prog.split()[0]} --help lists the flags)")
 
+    def parse_typed(self, argv):
+        """The flags, and in args.typed the names of those typed (argv parsed again without defaults; a list, for
+        JSON): a flag a run leaves moot can then be refused, never dropped."""
+        args = self.parse_args(argv)
+        self.set_defaults(**dict.fromkeys(vars(args)))
+        args.typed = sorted(k for k, v in vars(self.parse_args(argv)).items() if v is not None)
+        return args
+
     def convert_arg_line_to_args(self, line):
         return shlex.split(line.removeprefix("\ufeff"), comments=True)   # (a byte-order mark, as Notepad writes)
 

@@ -59,21 +59,18 @@ def parse(argv):
     p.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cuda, cuda:N, mps or cpu "
                    "(default auto)")
     p.add_argument("--data_dir", help="where the run's data is now, if it moved (rebuilds a word vocabulary)")
-    args = p.parse_args(argv)
-    p.set_defaults(**dict.fromkeys(vars(args)))              # again without defaults: the flags given
-    args.given = {k for k, v in vars(p.parse_args(argv)).items() if v is not None}
-    return args
+    return p.parse_typed(argv)
 
 
 def check(args):
     """Everything a sampling needs, checked before it begins: (model, tokenizer, prompt ids, device). A bad flag,
     prompt, checkpoint or device, or more than MAX_NEW_TOKENS or the device's memory, is one line."""
     for name, value in vars(args).items():                  # config.LIMITS: what each flag allows
-        if name != "given":
+        if name != "typed":
             check_value(name, value)
     moot = (("temperature", "seed") if args.top_k == 1 else ("temperature", "top_k", "seed")
             if not args.max_new_tokens else ())
-    if flag := next((k for k in moot if k in args.given), None):   # (a flag is honoured or refused)
+    if flag := next((k for k in moot if k in args.typed), None):   # (a flag is honoured or refused)
         raise UsageError(f"--{flag} {getattr(args, flag)}: " + ("--top_k 1 draws the most likely token, whatever the "
                          "temperature or seed" if args.top_k == 1 else "--max_new_tokens 0 draws nothing")
                          + f"; leave out --{flag}")
