@@ -100,6 +100,15 @@ def test_the_samplers_can_draw_every_window_and_every_example():
     assert set(labels.tolist()) == set(range(7))
 
 
+def test_a_stream_of_one_window_is_the_least_a_split_takes():
+    """block_size + 1 tokens make one window (its inputs and their next tokens), the only one drawn; block_size
+    tokens make none: refused in one line when the split is made, not an error at the first batch."""
+    x, y = data.LMSplit(np.arange(1, 5), 3).sample(5, np.random.default_rng(0))
+    assert x.tolist() == [[1, 2, 3]] * 5 and y.tolist() == [[2, 3, 4]] * 5
+    with pytest.raises(data.DataError, match="gives 3 tokens, too few for one window of block_size"):
+        data.LMSplit(np.arange(1, 4), 3)
+
+
 def test_byte_tokenizer_round_trip():
     enc = sources.get_tokenizer("byte", "t")
     text = "Ünïcödé — naïve 東京 🙂\n\n  spaces\t<|endoftext|>"
