@@ -614,6 +614,20 @@ def test_lyapunovs_text_is_read_with_the_runs_own_tokenizer(tmp_path):
         analyze.encode_text("zebra", torch.load(tmp_path / "c.pt", weights_only=True))
 
 
+def test_lyapunovs_text_of_a_gpt2_run_is_its_tiktoken_pieces(tmp_path, monkeypatch):
+    """A run of the gpt2 tokenizer (or any tiktoken encoding): --text's ids are the encoding's, each labelled with the
+    text of its own piece. The encoding is made here (bytes, and ' t', 'he' merged), not downloaded."""
+    import tiktoken
+    ranks = {bytes([i]): i for i in range(256)} | {b" t": 256, b"he": 257}
+    enc = tiktoken.Encoding(name="merges", pat_str=analyze.tasks.sources.GPT2_PATTERN, mergeable_ranks=ranks,
+                            special_tokens={})
+    monkeypatch.setattr(analyze.tasks.sources, "get_tokenizer", lambda name, task: enc)
+    deq = dict(vocab_size=300, block_size=16, n_layer=1, n_head=2, n_embd=8, head="lm")
+    model_checkpoint(tmp_path / "g.pt", "diffeqformer", deq, task="textfile", tokenizer="gpt2")
+    ids, labels = analyze.encode_text("a the", torch.load(tmp_path / "g.pt", weights_only=True))
+    assert ids.tolist() == [[ord("a"), 256, 257]] and labels == ["a", " t", "he"]
+
+
 def test_lyapunovs_words_without_an_unk_in_the_vocabulary_are_one_line(tmp_path):
     for split in ("train", "valid", "test"):
         (tmp_path / f"ptb.{split}.txt").write_text(" the cat sat \n a dog ran \n")   # no <unk> among the words
