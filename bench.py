@@ -243,10 +243,8 @@ def training_cost(name, length, args, device):
 def check_sizes(args, device, models, lengths):
     """Before any work, one line if the benchmark cannot run: the largest training step's memory, from step_cost at
     three short lengths (a + b L + c L^2), against the memory free here, and the whole benchmark's FLOPs at this
-    machine's matmul rate against --max_minutes."""
+    machine's matmul rate against --max_minutes (--compare_only: nanoGPT's configuration's alone)."""
     steps, lengths = lengths, sorted({*lengths, *(contexts := getattr(args, "context_list", []))})
-    if not lengths or not models:
-        return
     kind = torch.device(device).type
     free = (torch.cuda.mem_get_info(device)[0] if kind == "cuda" else
             rss_mb("MemAvailable", "/proc/meminfo") * 2 ** 20 if kind == "cpu" else math.nan)
@@ -274,8 +272,8 @@ def check_sizes(args, device, models, lengths):
             12 * c["n_layer"] * c["n_embd"] ** 2 + c["vocab"] * c["n_embd"]) / rate
     if seconds > 60 * args.max_minutes:
         raise UsageError(f"this benchmark would take about {seconds / 60:,.{0 if seconds >= 60 else 2}f} minutes here "
-                         f"(--max_minutes {args.max_minutes:g}): use shorter --lengths, fewer --models or --repeats"
-                         + " or --new_tokens" * bool(contexts))
+                         f"(--max_minutes {args.max_minutes:g}): use " + ("fewer --repeats or --inner" if not models
+                         else "shorter --lengths, fewer --models or --repeats" + " or --new_tokens" * bool(contexts)))
 
 
 def time_configs(configs, args, device):
@@ -431,7 +429,6 @@ PEAK_MEM_NOTE = {
 
 
 def write_json(out, name, obj):
-    os.makedirs(out, exist_ok=True)
     path = os.path.join(out, f"{name}.json")
     data.atomic_write_text(path, json.dumps(obj, indent=1, default=lambda o: str(o) if isinstance(o, torch.dtype)
                                             else float(o)) + "\n")
@@ -922,7 +919,11 @@ def parse(argv):
     for name, value in vars(args).items():                   # every flag, before any work: one line naming it
         check_value(name, value)
     check_device(args.device)
-    if problem := data.writable_problem(args.out):
+    outputs = ("user.json", "user.md") if mode else ("speed.json", "speed_summary.json", "speed.md", "speed.png",
+                                                     "speed_generate.png")
+    folder = next((f"its {f} is a folder, where a file is written: move it away or give another --out"
+                   for f in outputs if os.path.isdir(os.path.join(args.out, f))), None)
+    if problem := data.writable_problem(args.out) or folder:
         raise UsageError(f"--out {args.out}: {problem}")
     return args
 
@@ -984,7 +985,8 @@ def main(argv=None):
     threads = torch.get_num_threads()
     torch.set_num_threads(args.threads or threads)
     try:
-        check_sizes(args, device, models, lengths if not (args.loop or args.wall) else [])
+        if not (args.loop or args.wall):                     # (the README's commands: run as they are)
+            check_sizes(args, device, models, lengths)
         os.makedirs(args.out, exist_ok=True)
         if args.loop or args.wall or args.compile:
             run_user(args, device, models, lengths)

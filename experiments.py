@@ -11,14 +11,14 @@ with reference baselines computed on the same split) into its block of docs/resu
     python experiments.py ptb --seeds 0,1,2 --jobs 2    # two runs at a time, one thread each
 
 Each run is one `python train.py ...` into out/exp/TABLE/ROW-sSEED/. A run whose metrics.json exists is not run again,
-so an interrupted table continues where it stopped and `--report_only` rewrites the markdown from the runs on disk.
+so an interrupted table continues where it stopped and `--report_only` rewrites the markdown from the runs on disk
+(each run's metrics.json must record its command's flags: its --seed, the --data_dir given).
 Training is seeded (data order, initialisation, dropout) and evaluation is deterministic, so the same command on the
 same machine gives the same numbers. `python analyze.py curves --table TABLE` draws the runs' training curves (the
 seeds of a row as their mean and a band).
 """
 
 import argparse
-import collections
 import dataclasses
 import fnmatch
 import inspect
@@ -47,6 +47,7 @@ import train  # noqa: E402
 import tasks.listops  # noqa: E402
 import tasks.listops_rules  # noqa: E402
 from config import Parser, UsageError  # noqa: E402
+from tasks.ngram import char_baselines, lm_baselines  # noqa: E402
 
 CODE = ROOT = os.path.dirname(os.path.abspath(__file__))   # (ROOT: where the runs start and out/exp is; tests move it)
 RESULTS_MD = os.path.join(ROOT, "docs", "results.md")
@@ -74,118 +75,7 @@ class Table:
     doc: str = None           # the markdown file whose block the table rewrites (None: RESULTS_MD)
 
 
-# ---- Reference baselines ---------------------------------------------------------------------
-
-def ngram_perplexities(train, split):
-    """Unigram (add-one) and interpolated Kneser-Ney bigram (discount 0.75) perplexities on exactly the targets
-    train.py evaluates: every full window of the split, each target predicted from the token before it (the
-    model has that token too). Counts from the training stream. Continuation counts are add-one smoothed so that
-    a word never seen after another still has a probability."""
-    V = int(max(train.max(), split.stream.max())) + 1
-    uni = np.bincount(train, minlength=V).astype(np.float64)
-    p_uni = (uni + 1) / (uni.sum() + V)
-    prev, nxt = train[:-1].astype(np.int64), train[1:].astype(np.int64)
-    pairs = np.unique(prev * V + nxt)                        # distinct bigrams (v, w)
-    pv, pw = pairs // V, pairs % V
-    n_after = np.bincount(pv, minlength=V).astype(np.float64)   # N1+(v .): distinct words after v
-    n_before = np.bincount(pw, minlength=V).astype(np.float64)  # N1+(. w): distinct words before w
-    p_cont = (n_before + 1) / (n_before.sum() + V)
-    c_v = np.bincount(prev, minlength=V).astype(np.float64)     # c(v) as a context
-    counts = collections.Counter((prev * V + nxt).tolist())
-    D, L, n = 0.75, split.block_size, len(split)
-    x, y = (split.stream[i: n * L + i].astype(np.int64) for i in (0, 1))   # every full window's inputs, targets
-    c_vw = np.array([counts.get(int(k), 0) for k in (x * V + y)], dtype=np.float64)
-    cv = c_v[x]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p_kn = np.where(cv > 0, np.maximum(c_vw - D, 0) / cv + D * n_after[x] / cv * p_cont[y], p_cont[y])
-    return {"unigram": math.exp(-np.log(p_uni[y]).mean()), "bigram": math.exp(-np.log(p_kn).mean())}
-
-
-def lm_baselines(task, args):
-    train = np.asarray(task.split("train").stream)
-    val, test = (ngram_perplexities(train, task.split(s)) for s in ("val", "test"))
-
-    def four_gram(split):                                    # the same targets: every full window's
-        stream = np.asarray(split.stream[:len(split) * split.block_size + 1])
-        return math.exp(-np.log(kneser_ney(train, stream, 4, task.vocab_size)).mean())
-    return [("unigram, add-one", val["unigram"], test["unigram"]),
-            ("bigram, interpolated Kneser-Ney (D = 0.75)", val["bigram"], test["bigram"]),
-            ("4-gram, interpolated Kneser-Ney (D = 0.75): the 3 words before, also across window edges",
-             *(four_gram(task.split(s)) for s in ("val", "test")))]
-
-
-def grams(train, stream, n, V):
-    """For k = 1..n the k-grams of train and of stream (ending at k - 1 on) as int64s: the rank of the first k - 1
-    tokens among both arrays' (key // V) times V plus the last token: no overflow, whatever V is."""
-    a, m, out = np.concatenate([train, stream]), len(train), {}   # (a k-gram across the two ends goes unused)
-    history = np.zeros(len(a), dtype=np.int64)               # the rank of the (k - 1)-gram before each token
-    for k in range(1, n + 1):
-        key = history * V + a                                # the k-gram ending at each position
-        out[k] = key[k - 1:m], key[m + k - 1:]
-        history = np.concatenate([[0], np.unique(key, return_inverse=True)[1].reshape(-1)[:-1]])
-    return out
-
-
-def lookup(keys, values, queries):
-    """For each query, values[i] where keys[i] == query (keys sorted and distinct), 0 where it is no key."""
-    i = np.minimum(np.searchsorted(keys, queries), len(keys) - 1)
-    return np.where(keys[i] == queries, values[i], 0)
-
-
-def kn_tables(keys, n, V):
-    """For each order k = 1..n: (k-grams hw, their counts, histories h, sum of counts after h, distinct tokens
-    after h). Order n counts how often hw occurs; a lower order counts the distinct tokens seen before hw (its
-    continuation count N1+(. h w)): a lower order is used where the longer history was not seen, so what it
-    should know is how many contexts w follows, not how often."""
-    tables = {}
-    for k in range(1, n + 1):
-        seen = keys[n] if k == n else keys[k][1:][np.unique(keys[k + 1], return_index=True)[1]]  # (drop the oldest)
-        hw, c = np.unique(seen, return_counts=True)
-        h, start = np.unique(hw // V, return_index=True)
-        tables[k] = (hw, c, h, np.add.reduceat(c, start), np.diff(np.append(start, len(hw))))
-    return tables
-
-
-def kneser_ney(train, stream, n, V, D=0.75):
-    """Interpolated Kneser-Ney: the probability of each target stream[1:] given the n - 1 tokens before it in
-    the stream (all there are, for the first n - 2 targets), from the counts of `train`, ids < V.
-        p_k(w | h) = max(c(h w) - D, 0) / c(h) + D N1+(h .) / c(h) p_{k-1}(w | h's last k - 2 tokens)
-    where h was seen (else p_{k-1}), down to p_1(w) = max(c(w) - D, 0) / c + D N1+(.) / c / V."""
-    g = grams(np.asarray(train, dtype=np.int64), stream := np.asarray(stream, dtype=np.int64), n, V)
-    tables = kn_tables({k: t for k, (t, _) in g.items()}, n, V)
-    hw, c, *_ = tables[1]
-    p1 = np.full(V, D * len(hw) / c.sum() / V)
-    p1[hw] += np.maximum(c - D, 0) / c.sum()
-    p = p1[stream[1:]]
-    for k in range(2, n + 1):                               # target i (position i + 1) has k - 1 tokens before it
-        hw, c, h, c_h, n_h = tables[k]                      # from i = k - 2 on
-        q = g[k][1]
-        c_hw, c_h, n_h = (lookup(keys, v, x).astype(np.float64) for keys, v, x in
-                          ((hw, c, q), (h, c_h, q // V), (h, n_h, q // V)))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            p[k - 2:] = np.where(c_h > 0, np.maximum(c_hw - D, 0) / c_h + D * n_h / c_h * p[k - 2:], p[k - 2:])
-    return p
-
-
-def char_baselines(task, args):
-    """Bits per character of three n-grams on exactly the targets train.py evaluates (every full window of the
-    split), counted on the training stream; V is the model's vocabulary (padding id 0 included)."""
-    train, V = np.asarray(task.split("train").stream), task.vocab_size
-
-    def bits(split, probs):
-        n = len(split) * split.block_size
-        return float(-np.log2(probs(np.asarray(split.stream[:n + 1]))).mean())
-
-    counts = np.bincount(train, minlength=V)
-    add_one = (counts + 1) / (counts.sum() + V)
-    models = [("unigram, add-one: no context", lambda s: add_one[s[1:]]),
-              ("bigram, interpolated Kneser–Ney (D = 0.75): the previous character",
-               lambda s: kneser_ney(train, s, 2, V)),
-              ("5-gram, interpolated Kneser–Ney (D = 0.75): the 4 characters before, also across window edges",
-               lambda s: kneser_ney(train, s, 5, V))]
-    return [(name, *(bits(task.split(s), probs) if task.has(s) else None for s in ("val", "test")))
-            for name, probs in models]
-
+# ---- Reference baselines (the language models' n-grams: tasks/ngram.py) ----------------------
 
 # Small ListOps: nested evaluation is learnable in minutes, and the reference rules are far below what a model reaches
 LISTOPS_SMALL_SETTING = "--listops_depth 3 --listops_args 2,3 --listops_len 5,20 --listops_sizes 96000,2000,2000"
@@ -747,8 +637,9 @@ def load_metrics(d):
 
 
 def metrics_problem(m):
-    """What makes a metrics.json unreadable to the tables: a value of the wrong kind, a number not finite, an
-    accuracy outside 0 to 1, a gate beyond a float32 parameter's range (the gates are trained in float32)."""
+    """What makes a metrics.json unreadable to the tables: a value of the wrong kind, a number not finite, a loss
+    below 0 or a perplexity below 1 (a cross-entropy is never negative), an accuracy outside 0 to 1, a gate beyond a
+    float32 parameter's range (the gates are trained in float32)."""
     if not isinstance(m, dict):                              # (then each value of the kind the tables read)
         return "it is no JSON object"
     kinds = {"best": dict, "args": dict, "config": dict, "gates": dict, "model": str, "machine": str}
@@ -758,6 +649,8 @@ def metrics_problem(m):
     if k := next((k for k, v in items if (k.startswith(("val_", "test_", "n_")) or k in (
             "iters", "seconds", "train_seconds", "tokens_per_s")) and not data.finite(v)), None):
         return f"its {k} is no finite number"
+    if k := next((k for k, v in items if k.endswith("_loss") and v < 0 or k.endswith("_ppl") and v < 1), None):
+        return f"its {k} is below {1 if k.endswith('_ppl') else 0}, which no cross-entropy gives"
     if k := next((k for k, v in items if k.startswith(("val_acc", "test_acc")) and not 0 <= v <= 1), None):
         return f"its {k} is no fraction from 0 to 1 (an accuracy)"
     if k := next((k for k, g in m.get("gates", {}).items() if not (isinstance(g, dict) and all(
@@ -768,6 +661,22 @@ def metrics_problem(m):
         return f"its {bad}"
     n_layer = m.get("config", {}).get("n_layer", 1)          # (gate_cell divides by it)
     return None if type(n_layer) is int and n_layer > 0 else "its config's n_layer is no whole number above 0"
+
+
+def recorded_otherwise(d, argv, m):
+    """A line saying which flag of the table's train.py command `argv` the run in `d` recorded with another value
+    (metrics.json's settings and config: trained on other data, another seed, a copied folder ...), or None. A flag
+    it does not record (an older train.py's) is not compared; paths are compared as the files they name."""
+    args, given, _ = config.parse_args(shlex.split(argv))
+    for k in sorted(given):
+        want = getattr(args, k)
+        got = m.get("args", {}).get(k, m.get("config", {}).get(k, want))
+        paths = all(isinstance(v, str) and os.path.exists(v) for v in (got, want))
+        if got != want and not (paths and os.path.samefile(got, want)):
+            return (f"{d}/metrics.json records --{k} {got}, and this table's command gives --{k} {want}: the run was "
+                    f"made otherwise; give the flags it was made with (--data_dir ...), or delete {d} and run its "
+                    "table again")
+    return None
 
 
 class Metrics(dict):
@@ -947,6 +856,8 @@ def check(a):
                              f"--seeds {a.seeds} first")
         for d, argv in cmds:                                 # train.py's, with what every table reads: a run's val
             m = load_metrics(d)                              # and test metrics, an evaluation's test loss
+            if "--init_from" not in argv and (otherwise := recorded_otherwise(d, argv, m)):   # (an evaluation: its
+                raise UsageError(otherwise)                  # checkpoint's settings, those of the run checked here)
             for k in ("test_loss",) if "--init_from" in argv else ("val_loss", "n_params", *(
                     "test_" + k[4:] for k in m if k.startswith("val_") and "test_loss" in m)):   # (a test split)
                 m[k]                                         # (Metrics: one line naming what is missing)

@@ -118,7 +118,8 @@ def draw(n, depth, args, lengths, seed, exclude):
         elif s not in out:
             out[s] = t
         if draws > 200 * n + 1_000_000 and len(out) < n:
-            sys.exit(f"error: only {len(out)} new trees in {draws} draws; this setting has too few trees")
+            raise data.DataError(f"only {len(out)} new trees in {draws} draws; this setting has too few trees: "
+                                 "lower --n or widen the setting")
     return list(out.items()), dropped
 
 
@@ -165,6 +166,21 @@ class Parser(data.Parser):
         raise data.DataError(f"{message} (python experiments/heldout_listops.py --help lists the flags)")
 
 
+def check(a):
+    """The flags that are not the task's setting, before any work (the task's splits are generated first where
+    missing), one line each saying what is allowed."""
+    if not 1 <= a.n <= listops.LISTOPS_MOST_TREES:
+        raise data.DataError(f"--n {a.n}: allowed is a number of held-out trees from 1 to "
+                             f"{listops.LISTOPS_MOST_TREES:,} (the bound of the ListOps task's own trees)")
+    if a.seed < 0:
+        raise data.DataError(f"--seed {a.seed}: allowed is an integer >= 0 (the seed of numpy's PCG64)")
+    problem = data.writable_problem(a.out)
+    if problem is None and os.path.isdir(os.path.join(a.out, "basic_test.tsv")):
+        problem = "its basic_test.tsv is a folder, where the trees are written as a file"
+    if problem:
+        raise data.DataError(f"--out {a.out}: {problem}; give another folder")
+
+
 def main(argv=None):
     p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--listops_depth", type=int, default=10, help="depth limit, operators only above it (LRA: 10)")
@@ -176,14 +192,10 @@ def main(argv=None):
     p.add_argument("--cache_dir", default="data", help="where the task's generated splits are (as train.py)")
     p.add_argument("--out", required=True, help="folder to write basic_test.tsv into")
     a = p.parse_args(argv)
-    if a.n < 1:
-        raise data.DataError(f"--n {a.n}: allowed is a number of held-out trees of at least 1")
-    try:
-        setting = listops.listops_setting(a.listops_depth, a.listops_args, a.listops_len, a.listops_sizes)
-        task = data.load_task("listops", cache_dir=a.cache_dir, listops_depth=a.listops_depth,
-                              listops_args=a.listops_args, listops_len=a.listops_len, listops_sizes=a.listops_sizes)
-    except data.DataError as e:
-        sys.exit(f"error: {e}")
+    check(a)                                                 # (a bad setting: a DataError, exit status 2)
+    setting = listops.listops_setting(a.listops_depth, a.listops_args, a.listops_len, a.listops_sizes)
+    task = data.load_task("listops", cache_dir=a.cache_dir, listops_depth=a.listops_depth,
+                          listops_args=a.listops_args, listops_len=a.listops_len, listops_sizes=a.listops_sizes)
     splits = {s: list(listops_format.listops_rows(task.split(s))) for s in ("train", "val", "test")}  # LRA strings
     exclude = {s for rows in splits.values() for s, _ in rows}
     trees, dropped = draw(a.n, setting.depth, setting.args, setting.lengths, a.seed, exclude)

@@ -18,6 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import data  # noqa: E402  (only for the one-line errors; the generator is below)
+from tasks.recall import RECALL_MOST_BYTES, RECALL_MOST_LEN  # noqa: E402  (train.py's bounds, which read the file)
 
 
 def mqar_example(rnd, length, pairs, vocab, power_a=0.01):
@@ -73,11 +74,19 @@ def check(a):
     if a.task == "induction" and a.recall_pairs is not None:
         raise data.DataError("--recall_pairs: induction has no pairs or data tokens (its one answer follows the "
                              "trigger); leave it out")
-    pairs, vocab = 4 if a.recall_pairs is None else a.recall_pairs, a.recall_vocab or (128 if a.task == "mqar" else 16)
+    pairs = 4 if a.recall_pairs is None else a.recall_pairs
+    vocab = (128 if a.task == "mqar" else 16) if a.recall_vocab is None else a.recall_vocab
     if pairs < 1:
         raise data.DataError(f"--recall_pairs {pairs}: allowed is an integer >= 1")
     if vocab > 65535:
         raise data.DataError(f"--recall_vocab {vocab}: allowed is at most 65535 (as train.py's recall tasks)")
+    if a.recall_len > RECALL_MOST_LEN:
+        raise data.DataError(f"--recall_len {a.recall_len}: allowed is at most {RECALL_MOST_LEN:,} tokens (as "
+                             "train.py's recall tasks, which read these examples)")
+    if 16 * a.n * a.recall_len > RECALL_MOST_BYTES:          # (train.py holds them as int64 inputs and targets)
+        raise data.DataError(f"--n {a.n} examples of {a.recall_len} tokens: allowed are {RECALL_MOST_BYTES / 2**30:g} "
+                             "GiB of examples (examples x tokens x 16 bytes: train.py's bound on its recall tasks' "
+                             "arrays) at most; 3,000 of 64 tokens take 3 MiB")
     min_len, min_vocab, what = {"mqar": (4 * pairs, 2 * pairs + 2, f"{pairs} pairs"),
                                 "copy": (2 * pairs + 1, 4, f"{pairs} data tokens"),
                                 "induction": (3, 3, "its trigger")}[a.task]

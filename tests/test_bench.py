@@ -563,6 +563,40 @@ def test_the_time_estimate_counts_nanogpts_configuration_and_its_inner_steps(mon
     bench.check_sizes(args, "cpu", ["simpletron"], [16])
 
 
+def test_compare_only_is_estimated_too_before_any_timing(monkeypatch, tmp_path):
+    """--compare_only (no --models, no --lengths: nanoGPT's configuration alone) is weighed against --max_minutes as
+    the others are (was: the estimate skipped, 10^8 steps begun): (repeats + 1) x inner steps of 6 x parameters x
+    tokens FLOPs at a fixed matmul rate, the matmul products made free."""
+    monkeypatch.setattr(bench, "matmul_rate", lambda *a, **k: 1e12)
+    monkeypatch.setattr(bench, "matmul_size", lambda *a: 1)
+    monkeypatch.setattr(bench, "run", lambda *a: pytest.fail("the benchmark started"))
+    step = 6 * 12 * 64 * (12 * 4 * 128 ** 2 + 65 * 128)     # 3,662,217,216 FLOPs: batch 12 x 64 tokens, 4 x 128
+    assert (9 + 1) * 1000 * step / 1e12 / 60 == pytest.approx(0.6104, abs=1e-4)   # minutes
+    argv = ["--compare_only", "--repeats", "9", "--inner", "1000", "--out", str(tmp_path / "o")]
+    with pytest.raises(bench.UsageError) as e:
+        bench.main([*argv, "--max_minutes", "0.6"])
+    assert str(e.value) == ("this benchmark would take about 0.61 minutes here (--max_minutes 0.6): use fewer "
+                            "--repeats or --inner")
+    monkeypatch.setattr(bench, "run", lambda *a: print("ran"))
+    bench.main([*argv, "--max_minutes", "0.62"])             # just under: it runs
+
+
+@pytest.mark.parametrize("argv, name", [(["--models", "softmax", "--lengths", "16"], "speed.png"),
+                                        (["--models", "softmax", "--lengths", "16"], "speed_summary.json"),
+                                        (["--generate", "--lengths", "", "--models", "softmax"], "speed_generate.png"),
+                                        (["--compile", "--models", "softmax", "--lengths", "16"], "user.md")])
+def test_an_output_file_that_is_a_folder_is_refused_before_any_timing(argv, name, monkeypatch, tmp_path):
+    """Each file the benchmark writes into --out checked first: one a folder is refused, nothing written (was:
+    speed.json and speed.md written, then the figure failed on the folder)."""
+    (tmp_path / "o" / name).mkdir(parents=True)
+    monkeypatch.setattr(bench, "check_sizes", lambda *a: pytest.fail("the benchmark started"))
+    with pytest.raises(bench.UsageError) as e:
+        bench.main([*argv, "--out", str(tmp_path / "o")])
+    assert str(e.value) == (f"--out {tmp_path / 'o'}: its {name} is a folder, where a file is written: move it away "
+                            "or give another --out")
+    assert os.listdir(tmp_path / "o") == [name]
+
+
 NANOGPT_STANDIN = '''
 import dataclasses
 import torch

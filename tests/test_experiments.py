@@ -12,6 +12,7 @@ import pytest
 import config
 import data
 import experiments
+import tasks.ngram
 
 
 def listed(capsys, *argv):
@@ -217,6 +218,8 @@ def test_load_metrics_reads_a_file_an_editor_saved_with_a_byte_order_mark(tmp_pa
     ({"model": "transject", "config": {"attention": "softmax"}}, "its config: bad model settings: "),
     ({"model": "simpletron", "config": {"n_layer": 0}}, "its config: n_layer 0: allowed is an integer >= 1"),
     ({"config": {"n_layer": 0}}, "its config's n_layer is no whole number above 0"),     # (no model to check by)
+    ({"val_loss": -0.5}, "its val_loss is below 0, which no cross-entropy gives"),        # (a bpc of -0.72)
+    ({"best": {"test_ppl": 0.5}}, "its test_ppl is below 1, which no cross-entropy gives"),
 ])
 def test_metrics_of_settings_no_run_could_have_are_refused_naming_the_setting(m, why, tmp_path):
     assert experiments.metrics_problem(m).startswith(why), experiments.metrics_problem(m)
@@ -274,7 +277,7 @@ def test_run_from_another_folder_it_reads_the_runs_where_they_were_made(tmp_path
     monkeypatch.setattr(experiments, "ROOT", str(root))
     monkeypatch.setattr(experiments, "RESULTS_MD", str(root / "docs" / "results.md"))
     m = {"val_loss": 1.0, "test_loss": 1.1, "val_acc": 0.5, "test_acc": 0.4, "n_params": 10, "n_val": 2, "n_test": 2,
-         "model": "simpletron", "config": {"n_layer": 1}}
+         "model": "simpletron", "config": {"n_layer": 2}}                  # (the table's --n_layer)
     for row in experiments.TABLES["transfer"].rows:
         d = root / experiments.run_dir("transfer", row, 0)
         d.mkdir(parents=True)
@@ -384,7 +387,7 @@ def test_kneser_ney_takes_a_vocabulary_whose_n_grams_overflow_int64(n, V):
     import numpy as np
     train = np.random.default_rng(n).integers(1, 6, 3000)   # ids 1..5 seen; every other id alike
     for history in ([1, 2, 3, 4], [5, 5, 5, 5], [0, 9, 0, 9]):
-        p = [experiments.kneser_ney(train, history + [w], n, V)[-1] for w in range(7)]
+        p = [tasks.ngram.kneser_ney(train, history + [w], n, V)[-1] for w in range(7)]
         assert sum(p[1:6]) + (V - 5) * p[0] == pytest.approx(1.0, abs=1e-9) and p[0] == p[6]
 
 
@@ -410,3 +413,48 @@ def test_task_of_refuses_a_null_tokenizer_of_a_text_task_in_one_line(tmp_path):
     (tmp_path / "metrics.json").write_text(json.dumps({"args": args, "config": {"block_size": 24}}))
     with pytest.raises(config.UsageError, match="tokenizer is null"):
         experiments.task_of(str(tmp_path))
+
+
+def report_runs(tmp_path, monkeypatch, recorded):
+    """ptb-char's runs at seeds 0 and 1 in tmp_path, each metrics.json's args `recorded(seed)`; experiments.main
+    stopped after its checks (run_table: check alone), docs/results.md there."""
+    monkeypatch.setattr(experiments, "ROOT", str(tmp_path))
+    monkeypatch.setattr(experiments, "RESULTS_MD", str(tmp_path / "results.md"))
+    monkeypatch.setattr(experiments, "run_table", experiments.check)
+    for s in (0, 1):
+        for row in experiments.TABLES["ptb-char"].rows:
+            d = tmp_path / experiments.run_dir("ptb-char", row, s)
+            d.mkdir(parents=True, exist_ok=True)
+            (d / "metrics.json").write_text(json.dumps({
+                "model": "softmax", "val_loss": 1.0, "test_loss": 1.1, "n_params": 10, "n_val": 2, "n_test": 2,
+                "config": {"n_layer": 4, "block_size": 64}, "args": {"task": "ptb", "tokenizer": "char",
+                                                                     "cache_dir": "data", **recorded(s)}}))
+
+
+def test_report_only_refuses_runs_made_with_another_data_dir(tmp_path, monkeypatch):
+    """The runs trained on D1 (their metrics.json say so): --data_dir D2 refused in one line, not a table of D1's runs
+    written as D2's; D1 itself, or named through a link, is the runs' own."""
+    d1, d2 = tmp_path / "D1", tmp_path / "D2"
+    d1.mkdir()
+    d2.mkdir()
+    os.symlink(d1, tmp_path / "link")
+    report_runs(tmp_path, monkeypatch, lambda s: {"data_dir": str(d1), "seed": s})
+    first = experiments.run_dir("ptb-char", experiments.TABLES["ptb-char"].rows[0], 0)
+    with pytest.raises(config.UsageError) as e:
+        experiments.main(["ptb-char", "--report_only", "--seeds", "0", "--data_dir", str(d2)])
+    assert str(e.value).startswith(f"{first}/metrics.json records --data_dir {d1}, and this table's command gives "
+                                   f"--data_dir {d2}: the run was made otherwise; ")
+    for given in (d1, tmp_path / "link"):
+        assert experiments.main(["ptb-char", "--report_only", "--seeds", "0,1", "--data_dir", str(given)])[0] == [0, 1]
+    assert not (tmp_path / "results.md").exists()
+
+
+def test_report_only_refuses_a_run_whose_recorded_seed_is_another(tmp_path, monkeypatch):
+    """Seed 1's folders a copy of seed 0's (their args record seed 0): refused, not two seeds with a spread of 0."""
+    d = tmp_path / "D"
+    d.mkdir()
+    report_runs(tmp_path, monkeypatch, lambda s: {"data_dir": str(d), "seed": 0})
+    assert experiments.main(["ptb-char", "--report_only", "--seeds", "0", "--data_dir", str(d)])[0] == [0]
+    with pytest.raises(config.UsageError, match=r"-s1/metrics.json records --seed 0, and this table's command gives "
+                                                r"--seed 1: "):
+        experiments.main(["ptb-char", "--report_only", "--seeds", "0,1", "--data_dir", str(d)])

@@ -1,6 +1,6 @@
-"""experiments.py's n-gram baselines of the word and character tables: interpolated Kneser-Ney against hand-worked
-numbers, its probabilities summing to one, and lm_baselines and char_baselines scoring exactly the targets train.py
-evaluates."""
+"""The n-gram baselines of experiments.py's word and character tables (tasks/ngram.py): interpolated Kneser-Ney
+against hand-worked numbers, its probabilities summing to one, and lm_baselines and char_baselines scoring exactly
+the targets train.py evaluates."""
 
 import math
 
@@ -10,7 +10,7 @@ import pytest
 import data
 import experiments
 import tasks  # noqa: F401  (registers every task)
-from experiments import kneser_ney
+from tasks.ngram import kneser_ney
 
 TRAIN = [1, 2, 1, 2, 1, 3]                                   # ids 1..3, V = 4 (0 is padding, never seen)
 D = 0.75
