@@ -38,11 +38,6 @@ def settings(argv, description=None):
         args.out_dir = os.path.relpath(source_dir + ("-eval" if args.eval_only else "-finetune"))
     args.out_dir = os.path.join("out", f"{args.model}-{args.task}") if args.out_dir is None else args.out_dir
     check_args(args, typed)                                  # every flag, before any data is read
-    moot = next((k for k in MOOT_WITH_FILES.get(args.task, ()) if k in typed), None) if args.data_dir else None
-    if moot:
-        raise UsageError(f"--{moot} {getattr(args, moot)}: it sets the generated {args.task} examples, and "
-                         "--data_dir's files are read instead; leave out one of them")
-    args.device = pick_device(args.device)
     # the model's settings: a resumed run's, the --init_from checkpoint's with the fields given, or new
     if ckpt is not None:                                     # (resume_state refused any field it cannot change)
         config_dict = {**ckpt["config"], **{k: v for k, v in overrides.items() if k in given}}
@@ -50,6 +45,8 @@ def settings(argv, description=None):
         config_dict = {**source["config"], **{k: v for k, v in overrides.items() if k in given}}
     else:
         config_dict = dict(MODELS[args.model][1], **overrides)
+    check_moot_with_files(args, typed, config_dict, resumed=ckpt is not None)
+    args.device = pick_device(args.device)
     check_moot(args, typed, check_config(args.model, config_dict))   # bad settings fail before any data is loaded
     head = config_dict.get("head") if any(x is not None for x in (ckpt, source, pretrained)) else None
     if head:
@@ -57,6 +54,29 @@ def settings(argv, description=None):
                                                                        f"a classifier (head {head})"))
     check_size(args, args.model, config_dict)                # and those that cannot fit in memory
     return args, typed, source, ckpt, pretrained, config_dict
+
+
+# tasks that read --data_dir's files as they are, caching nothing derived from them (tasks/recall.py's file_task)
+UNCACHED_FILES = ("mqar", "copy", "induction")
+
+
+def check_moot_with_files(args, typed, config_dict, resumed):
+    """A flag typed that --data_dir's files make moot, refused in one line: one that sets the generated examples
+    (MOOT_WITH_FILES), --cache_dir where the files are read as they are, --listops_len where the block size is set
+    otherwise (with files it sets only the default block; a resumed run's own value is its record, kept)."""
+    if not args.data_dir:
+        return
+    moot = next((k for k in MOOT_WITH_FILES.get(args.task, ()) if k in typed), None)
+    if moot:
+        raise UsageError(f"--{moot} {getattr(args, moot)}: it sets the generated {args.task} examples, and "
+                         "--data_dir's files are read instead; leave out one of them")
+    if "cache_dir" in typed and args.task in UNCACHED_FILES:
+        raise UsageError(f"--cache_dir {args.cache_dir}: task {args.task} reads --data_dir's files as they are and "
+                         "caches nothing; leave out --cache_dir")
+    if args.task == "listops" and "listops_len" in typed and "block_size" in config_dict and not resumed:
+        raise UsageError(f"--listops_len {args.listops_len}: with --data_dir's files it sets only the default block "
+                         f"size, and the block size is set to {config_dict['block_size']} (--block_size, a preset's or "
+                         "the checkpoint's); leave out one of them")
 
 
 def check_run_record(ckpt, out_dir):
@@ -74,7 +94,8 @@ def check_run_record(ckpt, out_dir):
             "time": number, "world_size": lambda v: isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 2**16,
             "gate_start": lambda v: isinstance(v, dict) and all(map(data.finite, v.values())),
             "best": lambda v: v is None or isinstance(v, dict) and isinstance(v.get("step"), int)
-            and 0 <= v["step"] <= ckpt["iter"] and len(v) == 2 and number(v.get("val_loss", v.get("val_acc")))}
+            and 0 <= v["step"] <= ckpt["iter"] and len(v) == 2 and number(v.get("val_loss", v.get("val_acc"))),
+            "scaler": scaler_fine}
     bad = next((k for k, test in fine.items() if k in ckpt and not test(ckpt[k])), None)
     if bad:
         raise UsageError(f"{out_dir}/ckpt.pt: its record {bad!r} is damaged ({data.one_line(repr(ckpt[bad]), 60)}); "
@@ -104,6 +125,28 @@ def check_run_record(ckpt, out_dir):
                          f"{ckpt['model_name']} run's: move it out of {out_dir}, then --resume again")
 
 
+def scaler_fine(record):
+    """float16's gradient scaler record: {} (a run of another --dtype), or GradScaler's own: a scale that is a finite
+    number above 0 (a nan one skips every step), its factors finite numbers above 0, its counts whole numbers."""
+    if not isinstance(record, dict) or not record:
+        return record == {}
+    above_0 = lambda v: data.finite(v) and v > 0
+    count = lambda v: type(v) is int and v >= 0
+    return (set(record) == {"scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker"}
+            and all(above_0(record[k]) for k in ("scale", "growth_factor", "backoff_factor"))
+            and count(record["growth_interval"]) and record["growth_interval"] > 0 and count(record["_growth_tracker"]))
+
+
+def check_best_record(ckpt, train, out_dir):
+    """A resumed run's best record, once its data says what its evaluations keep: a language model's val loss (its
+    splits of windows), every other run's val accuracy (recall tasks count their answers)."""
+    best = ckpt.get("best")
+    key = "val_loss" if isinstance(train, data.LMSplit) else "val_acc"
+    if best is not None and key not in best:
+        raise UsageError(f"{out_dir}/ckpt.pt: its record 'best' is damaged ({data.one_line(repr(best), 60)}: this "
+                         f"run keeps its best by {key}); start a new run, or --init_from it in another --out_dir")
+
+
 def inherit_from(args, given):
     """--init_from CKPT: the checkpoint, whose model the run takes (a --model given must be the same), and its task
     unless --task is given (then its data from the same place: --data_dir, --cache_dir, --tokenizer and the
@@ -111,6 +154,7 @@ def inherit_from(args, given):
     if not args.init_from:
         return None
     source = load_checkpoint(args.init_from)
+    own_paths(source["args"], os.path.dirname(args.init_from) or ".")
     if "model" in given and args.model != source["model_name"]:
         raise UsageError(f"--model {args.model}: --init_from {args.init_from} holds a {source['model_name']} model, "
                          f"whose weights the run would train instead; leave out --model, or train a {args.model} "
@@ -122,6 +166,9 @@ def inherit_from(args, given):
             if k not in given and k in source["args"]:
                 setattr(args, k, source["args"][k])
                 given.add(k)
+        if not data_there(args.data_dir):
+            raise UsageError(f"--init_from {args.init_from}: its run read --data_dir {args.data_dir}, which is not "
+                             "there (moved or deleted): give --task and --data_dir, the data to use")
     given |= {"model", "task"}
     return source
 
@@ -133,6 +180,39 @@ KEPT_ON_RESUME = {"model", "task", "preset", "eval_only", "init_from", "init_fro
                   "lora_rank", "lora_alpha"} | TASK_SETTINGS
 # Config fields a resumed run may change: neither the weights nor what the trained model computes depend on them
 CHANGEABLE_FIELDS = {"dropout", "checkpointing", "chunk"}
+
+
+def started_in(out_dir, folder):
+    """The working folder a run was started in, from its --out_dir as recorded and the folder that run is in now;
+    None where that cannot be told (an absolute --out_dir, one with '..', or a folder renamed since)."""
+    if not isinstance(out_dir, str) or not out_dir or os.path.isabs(out_dir):
+        return None
+    parts = [p for p in os.path.normpath(out_dir).split(os.sep) if p != "."]
+    if ".." in parts:
+        return None
+    start = os.path.abspath(folder)
+    for part in reversed(parts):                             # out/x in /home/u/proj/out/x: /home/u/proj
+        if os.path.basename(start) != part:
+            return None
+        start = os.path.dirname(start)
+    return start
+
+
+def own_paths(run_args, folder):
+    """A checkpoint's recorded --data_dir and --cache_dir, which a run records as typed, relative to the folder it
+    was started in: made absolute from that folder (found from its --out_dir and `folder`, where the run is now), so
+    that a --resume or --init_from started elsewhere reads the run's own data, not a file of the same name there."""
+    start = started_in(run_args.get("out_dir"), folder)
+    for k in ("data_dir", "cache_dir"):
+        path = run_args.get(k)
+        if start is not None and isinstance(path, str) and path and not os.path.isabs(path):
+            if os.path.normpath(os.path.join(start, path)) != os.path.abspath(path):   # (started here: as it is)
+                run_args[k] = os.path.normpath(os.path.join(start, path))
+
+
+def data_there(data_dir):
+    """Whether --data_dir (None: the task's own source) names something."""
+    return not isinstance(data_dir, str) or os.path.lexists(data_dir)
 
 
 def same(a, b):
@@ -153,6 +233,11 @@ def resume_state(args, given):
         raise UsageError(f"--overwrite with --resume: --resume continues the run in {args.out_dir}, --overwrite "
                          "would start a new one over it; give one of them")
     ckpt = load_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), need=("optimizer", "iter", "best"))
+    own_paths(ckpt["args"], args.out_dir)
+    if not data_there(ckpt["args"].get("data_dir")):
+        raise UsageError(f"{args.out_dir}/ckpt.pt: its run read --data_dir {ckpt['args']['data_dir']}, which is not "
+                         f"there (moved or deleted): put the data back there, or --init_from {args.out_dir}/ckpt.pt "
+                         "with --task and --data_dir in another --out_dir")
     changed = []
     for k in sorted(given - {"resume", "out_dir", "overwrite"}):
         run = ckpt["args"] if k in ckpt["args"] else ckpt["config"]
@@ -320,6 +405,9 @@ def restore_optimizer(optimizer, scaler, ckpt, out_dir):
     if len(ckpt["optimizer"]["param_groups"]) != len(optimizer.param_groups):
         raise UsageError(f"{out_dir}/ckpt.pt was written by an older train.py (other optimiser groups); "
                          "start a new run instead of --resume")
+    # the settings of each group (--weight_decay, --beta2 ...) are this run's flags, which may change on resume: the
+    # saved state's would come back with it
+    settings_now = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
     try:                                                     # (torch checks the groups' sizes; the states' shapes,
         optimizer.load_state_dict(ckpt["optimizer"])         # which it would only meet at the first step, here)
         fits = all(v.shape == p.shape for p, s in optimizer.state.items() for v in s.values()
@@ -329,5 +417,7 @@ def restore_optimizer(optimizer, scaler, ckpt, out_dir):
     if not fits:
         raise UsageError(f"{out_dir}/ckpt.pt: its optimiser state does not fit the model's weights (damaged, or "
                          "another run's); start a new run, or --init_from it in another --out_dir")
+    for group, now in zip(optimizer.param_groups, settings_now):
+        group.update(now)
     print(f"resuming {out_dir} at step {ckpt['iter']}")
     return ckpt["iter"]

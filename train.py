@@ -14,8 +14,9 @@ Settings are layered: the model's Config defaults < what the task fixes (vocabul
 the preset (--preset cpu|paper) < the flags you give. Every field of the model's Config is a flag.
 A run writes its folder, one train.py at a time (rundir.py: ckpt.pt and best.pt at every evaluation, log.jsonl,
 loss.png, metrics.json at the end). Exit status: 2 bad input or a failed write, 3 a loss that is not finite, 130
-Ctrl-C. Under torchrun (DistributedDataParallel, one device per process) --batch_size is per process: N processes
-with batch b train as one process with batch N * b (docs/multigpu.md).
+Ctrl-C, 143 SIGTERM (both keep ckpt.pt of the last whole step). Under torchrun (DistributedDataParallel, one device
+per process) --batch_size is per process: N processes with batch b train as one process with batch N * b
+(docs/multigpu.md).
 """
 
 import collections
@@ -51,8 +52,8 @@ import simpletron  # noqa: E402
 from config import TASK_FLAGS, UsageError, load_checkpoint, machine, unused_fields  # noqa: E402
 from ddp import Distributed, build_every_split, step_seed, training_model  # noqa: E402
 from measure import keep_freed_memory  # noqa: E402
-from runsetup import (build_run_model, check_prefixes, fit_to_task, load_weights, precision, rescale_batch,  # noqa: E402
-                      restore_optimizer, settings)
+from runsetup import (build_run_model, check_best_record, check_prefixes, fit_to_task, load_weights,  # noqa: E402
+                      precision, rescale_batch, restore_optimizer, settings)
 
 keep_freed_memory()             # a step's tensors reuse the last step's memory, not pages faulted in afresh
 
@@ -185,32 +186,43 @@ def past_time_limit(minutes, seconds):
 # Training
 
 class Interrupted(Exception):
-    """Ctrl-C: the run stopped between two steps or evaluation batches; the message says how to go on (exit 130)."""
+    """Ctrl-C or SIGTERM: the run stopped between two steps or evaluation batches; the message says how to go on
+    (exit status 130, SIGTERM's 143)."""
+
+    def __init__(self, message, status=130):
+        super().__init__(message)
+        self.status = status
 
 
 class CtrlC:
-    """While training and evaluating: the first Ctrl-C (SIGINT) asks the run to stop, which it does between two steps
-    or evaluation batches; a second one stops it at once (KeyboardInterrupt, nothing written)."""
+    """While training and evaluating: the first Ctrl-C (SIGINT) or SIGTERM (kill, a job scheduler's limit) asks the
+    run to stop, which it does between two steps or evaluation batches; a second one stops it at once
+    (KeyboardInterrupt or data.Terminated, nothing written)."""
+
+    SIGNALS = {signal.SIGINT: ("Ctrl-C", "interrupted", 130), signal.SIGTERM: ("SIGTERM", "terminated (SIGTERM)", 143)}
 
     def __init__(self, master):
-        self.asked, self.master, self.previous = False, master, None
+        self.asked, self.master, self.previous = False, master, {}
+        self.said = "interrupted"                            # what stopped the run, in words ...
+        self.status = 130                                    # ... and its exit status
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():        # signals reach the main thread only
-            self.previous = signal.signal(signal.SIGINT, self.handle)
+            self.previous = {s: signal.signal(s, self.handle) for s in self.SIGNALS}
         return self
 
     def handle(self, signum, frame):
         if self.asked:
-            raise KeyboardInterrupt
+            raise KeyboardInterrupt if signum == signal.SIGINT else data.Terminated
+        name, self.said, self.status = self.SIGNALS[signum]
         self.asked = True
         if self.master:                                      # os.write to stderr: no print() in a signal handler
             with contextlib.suppress(OSError):
-                os.write(2, b"\nCtrl-C: stopping after this step (Ctrl-C again: at once)\n")
+                os.write(2, f"\n{name}: stopping after this step ({name} again: at once)\n".encode())
 
     def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
 
 
 class Run:
@@ -406,7 +418,7 @@ def whole_splits(model, task, args, dist, autocast, ctrl_c, label=""):
             m = evaluate(model, task.split(split), args.batch_size * dist.world, dist.device, autocast, dist=dist,
                          progress=f"evaluating {label}{split}" if dist.master else None, stop=ctrl_c)
             if m is None:
-                raise Interrupted(f"interrupted while evaluating {split} (no metrics.json)")
+                raise Interrupted(f"{ctrl_c.said} while evaluating {split} (no metrics.json)", ctrl_c.status)
             print(f"{label}{split}: {fmt(m)}")
             out.update({f"{split}_{k}" if k != "n" else f"n_{split}": v for k, v in m.items()})
     return out
@@ -452,10 +464,9 @@ def model_line(args, dist, model):
     return f"{args.model} on {args.task} ({where}): {size:.2f}M params, {shape}"
 
 
-def train_session(args, dist, folder, task, model, ckpt, autocast, scaler, t_start):
+def train_session(args, dist, folder, train, task, model, ckpt, autocast, scaler, t_start):
     """Training from step 0 or from the checkpoint's step with its optimiser's state, then the final evaluation;
-    Ctrl-C stops it between two steps (Interrupted)."""
-    train = task.split("train") if args.n_train is None else task.split("train").subset(args.n_train)
+    Ctrl-C or SIGTERM stops it between two steps (Interrupted)."""
     train_model = training_model(model, train, args, dist, autocast)
     optimizer = make_optimizer(model, args, args.device)
     start = restore_optimizer(optimizer, scaler, ckpt, args.out_dir)
@@ -469,7 +480,7 @@ def train_session(args, dist, folder, task, model, ckpt, autocast, scaler, t_sta
         run.save(it)
         folder.flush()
         if stopped == "interrupted":
-            raise Interrupted(f"interrupted at step {it:,} of {args.max_iters:,}; {again}")
+            raise Interrupted(f"{ctrl_c.said} at step {it:,} of {args.max_iters:,}; {again}", ctrl_c.status)
         if stopped != "max_iters":
             print(f"stopped at step {it:,} of {args.max_iters:,} (--time_limit {args.time_limit:g} min); {again}")
         gates = gate_report(model, run.gate_start, args, it)
@@ -482,7 +493,7 @@ def train_session(args, dist, folder, task, model, ckpt, autocast, scaler, t_sta
         try:
             return final_metrics(model, task, args, dist, autocast, folder, ctrl_c, extra, folder.best)
         except Interrupted as e:
-            raise Interrupted(f"{e}; {again}") from None
+            raise Interrupted(f"{e}; {again}", e.status) from None
 
 
 def main(argv=None):
@@ -513,12 +524,17 @@ def main(argv=None):
         folder.vocabulary = task.vocabulary                  # (recorded in every checkpoint: what the ids stand for)
         check_prefixes(args, typed, task, config_dict["block_size"])
         model = build_run_model(args, config_dict, source, ckpt, pretrained).to(args.device)
-        folder.discard(*folder.replaced)                     # --overwrite: the old run goes once the new one can start
+        train = None if args.eval_only else task.split("train")
+        if args.n_train is not None and train is not None:
+            train = train.subset(args.n_train)               # (--n_train checked: too few tokens for a window)
+        if ckpt is not None and train is not None:
+            check_best_record(ckpt, train, args.out_dir)
+        folder.discard(*folder.replaced)                     # --overwrite: the old run goes once every check passed
         print(model_line(args, dist, model) + f", {dtype} autocast" * (dtype != "float32"), flush=True)
         if args.time_limit is not None:
             print(f"training stops after {args.time_limit:g} min of wall time (--time_limit)")
         if not args.eval_only:
-            return train_session(args, dist, folder, task, model, ckpt, autocast, scaler, t_start)
+            return train_session(args, dist, folder, train, task, model, ckpt, autocast, scaler, t_start)
         with CtrlC(dist.master) as ctrl_c:
             return final_metrics(model, task, args, dist, autocast, folder, ctrl_c,
                                  {"iters": 0, "seconds": time.time() - t_start})
@@ -529,6 +545,7 @@ def main(argv=None):
 if __name__ == "__main__":
     rank = env_number("RANK")                                # torchrun: rank 0 prints, the others are quiet ...
     signal.signal(signal.SIGINT, signal.default_int_handler)   # (a script's background job starts ignoring it)
+    signal.signal(signal.SIGTERM, data.terminate)            # kill: as Ctrl-C (between two steps: CtrlC)
     data.escape_unshowable()
     try:
         with contextlib.redirect_stdout(sys.stdout if rank == 0 else open(os.devnull, "w")):
@@ -539,13 +556,14 @@ if __name__ == "__main__":
         if env_number("LOCAL_RANK") == 0 or "RANK" not in os.environ:   # ... an error: once a machine (no RANK:
             print(f"error: {data.error_line(e)}", file=sys.stderr)           # not torchrun, whatever LOCAL_RANK says)
         sys.exit(3 if isinstance(e, rundir.Diverged) else 2)
-    except Interrupted as e:                                 # Ctrl-C: how to continue
+    except Interrupted as e:                                 # Ctrl-C or SIGTERM: how to continue
         print(e, flush=True) if rank == 0 else None
-        sys.exit(130)
-    except KeyboardInterrupt:                                # a second Ctrl-C, or one before training: at once
+        sys.exit(e.status)
+    except (KeyboardInterrupt, data.Terminated) as e:        # a second one, or one before training: at once
+        how = "interrupted" if isinstance(e, KeyboardInterrupt) else "terminated (SIGTERM)"
         if rank == 0:
-            print("\ninterrupted: stopped at once; the files written before are as they were", file=sys.stderr)
-        sys.exit(130)
+            print(f"\n{how}: stopped at once; the files written before are as they were", file=sys.stderr)
+        sys.exit(130 if isinstance(e, KeyboardInterrupt) else 143)
     except (MemoryError, RuntimeError) as e:                  # (torch's CPU allocator: a RuntimeError)
         if not data.out_of_memory(e):
             raise

@@ -8,6 +8,7 @@ import re
 import sys
 import threading
 
+import numpy as np
 import pytest
 import torch
 
@@ -209,6 +210,8 @@ def test_the_memory_bound_is_the_weights_with_adam_and_a_float_per_position_widt
     (["--listops_args", "2,4"], "--listops_args 2,4: it sets the generated listops examples"),
     (["--lora_alpha", "4"], "--lora_alpha 4 scales LoRA adapters, and there are none without --lora_rank r: give "
                             "both, or neither"),
+    (["--listops_len", "5,20", "--block_size", "16"], "--listops_len 5,20: with --data_dir's files it sets only the "
+                                                      "default block size, and the block size is set to 16"),
 ])
 def test_a_flag_that_would_be_ignored_is_refused_before_any_data(lra, no_data, tmp_path, flags, shown):
     with pytest.raises(config.UsageError) as e:
@@ -459,3 +462,116 @@ def test_a_folder_named_like_the_default_tokenizer_is_no_matter_to_a_task_withou
                 config.check_args(args, set(given))
         else:
             config.check_args(args, set(given))
+
+
+def test_a_cache_dir_with_files_read_as_they_are_is_refused_and_a_listops_len_alone_sets_the_block(lra, no_data,
+                                                                                                    tmp_path):
+    """mqar's --data_dir files are read as they are (nothing cached): --cache_dir would act on nothing. With LRA's
+    files, --listops_len sets the block size where none is given: taken."""
+    with pytest.raises(config.UsageError) as e:
+        run("--task", "mqar", "--data_dir", tmp_path, "--cache_dir", tmp_path / "c", *TINY, "--out_dir", tmp_path / "o")
+    one_line(e, f"--cache_dir {tmp_path / 'c'}: task mqar reads --data_dir's files as they are and caches nothing")
+    args, _, _, _, _, config_dict = runsetup.settings(["--data_dir", str(lra), "--listops_len", "5,20", "--out_dir",
+                                                       str(tmp_path / "o")])
+    assert args.listops_len == "5,20" and "block_size" not in config_dict     # (the loader's block: 20)
+
+
+def edited(done, folder, **changes):
+    """A copy of the run `done` in `folder`, its ckpt.pt's records changed (args: a dict of its flags changed)."""
+    import shutil
+    shutil.copytree(done, folder)
+    ckpt = torch.load(folder / "ckpt.pt", weights_only=True)
+    ckpt["args"].update(changes.pop("args", {}))
+    torch.save({**ckpt, **changes}, folder / "ckpt.pt")
+    return folder
+
+
+SCALER = {"scale": 65536.0, "growth_factor": 2.0, "backoff_factor": 0.5, "growth_interval": 2000, "_growth_tracker": 3}
+
+
+@pytest.mark.parametrize("scaler", [{**SCALER, "scale": float("nan")}, {**SCALER, "scale": 0.0}, [65536.0, 2.0],
+                                    {"scale": 65536.0}, {**SCALER, "growth_interval": 2.5}])
+def test_a_damaged_gradient_scaler_record_is_refused_before_any_data(done, no_data, tmp_path, scaler):
+    """(A nan scale skipped every float16 step, silently; a list was a TypeError's traceback.)"""
+    out = edited(done, tmp_path / "o", scaler=scaler)
+    with pytest.raises(config.UsageError) as e:
+        runsetup.settings(["--resume", "--out_dir", str(out), "--max_iters", "4"])
+    one_line(e, f"{out}/ckpt.pt: its record 'scaler' is damaged")
+
+
+@pytest.mark.parametrize("scaler", [SCALER, {}])
+def test_a_gradient_scaler_record_as_torch_writes_it_is_taken(done, no_data, tmp_path, scaler):
+    out = edited(done, tmp_path / "o", scaler=scaler)       # ({}: a run of another --dtype)
+    assert runsetup.settings(["--resume", "--out_dir", str(out), "--max_iters", "4"])[3]["scaler"] == scaler
+
+
+def test_a_classifiers_best_record_must_hold_its_val_accuracy(done, tmp_path):
+    """A classifier keeps its best by val_acc: a record of val_loss is damaged, refused before any step (it was a
+    KeyError at the first evaluation)."""
+    out = edited(done, tmp_path / "o", best={"step": 2, "val_loss": 0.5})
+    log = (out / "log.jsonl").read_text()
+    with pytest.raises(config.UsageError) as e:
+        run("--resume", "--out_dir", out, "--max_iters", "4")
+    one_line(e, f"{out}/ckpt.pt: its record 'best' is damaged", "keeps its best by val_acc")
+    assert (out / "log.jsonl").read_text() == log
+
+
+def test_the_best_record_a_run_keeps_follows_its_splits():
+    """A language model's windows: val_loss; a recall task's answers (a language model's head too): val_acc."""
+    lm = data.LMSplit(np.arange(50), 4, "t.txt")
+    answers = data.AnswerSplit(np.ones((3, 5), dtype=np.int64), np.full((3, 5), -1))
+    for split, kept, damaged in ((lm, "val_loss", "val_acc"), (answers, "val_acc", "val_loss")):
+        runsetup.check_best_record({"best": {"step": 1, kept: 0.5}}, split, "o")
+        runsetup.check_best_record({"best": None}, split, "o")
+        with pytest.raises(config.UsageError) as e:
+            runsetup.check_best_record({"best": {"step": 1, damaged: 0.5}}, split, "o")
+        one_line(e, "o/ckpt.pt: its record 'best' is damaged", f"keeps its best by {kept}")
+
+
+def test_a_resumed_optimiser_takes_the_weight_decay_and_betas_given(done, tmp_path, capsys):
+    """--weight_decay and --beta2 are said to be applied on --resume: the restored optimiser state must not put the
+    run's (0.1 and 0.999, the cpu preset's) back."""
+    out = edited(done, tmp_path / "o")
+    before = torch.load(out / "ckpt.pt", weights_only=True)["optimizer"]["param_groups"]
+    assert before[0]["weight_decay"] != 0.5 and before[0]["betas"][1] != 0.9
+    run("--resume", "--out_dir", out, "--max_iters", "3", "--weight_decay", "0.5", "--beta2", "0.9", "--eps", "1e-6")
+    assert "--weight_decay 0.5 (the run had" in capsys.readouterr().out
+    groups = torch.load(out / "ckpt.pt", weights_only=True)["optimizer"]["param_groups"]
+    assert [g["weight_decay"] for g in groups] == [0.5, 0.0, 0.0]      # decay on matrices and embeddings alone
+    assert all(tuple(g["betas"]) == (before[0]["betas"][0], 0.9) and g["eps"] == 1e-6 for g in groups)
+
+
+def test_started_in_is_the_folder_a_relative_out_dir_was_written_from():
+    assert runsetup.started_in("out/x", "/home/u/proj/out/x") == "/home/u/proj"
+    assert runsetup.started_in("./r/", "/w/A/r") == "/w/A"
+    assert runsetup.started_in(".", "/w/A") == "/w/A"
+    assert runsetup.started_in("out/x", "/home/u/proj/out/y") is None      # renamed since
+    assert runsetup.started_in("/abs/x", "/abs/x") is None                 # absolute: nothing to tell
+    assert runsetup.started_in("../x", "/w/x") is None
+    assert runsetup.started_in(None, "/w/x") is None
+
+
+def test_a_runs_relative_data_dir_is_its_own_from_another_working_folder(done, lra, no_data, tmp_path,
+                                                                         monkeypatch, capsys):
+    """A run started in A with --data_dir lra --cache_dir c --out_dir r (as typed, relative): --resume and
+    --init_from started in B, where another lra/ is, read A's; gone, it is refused in one line."""
+    import shutil
+    a, b = tmp_path / "A", tmp_path / "B"
+    shutil.copytree(lra, a / "lra")
+    shutil.copytree(lra, b / "lra")                          # another folder of the same name and files
+    edited(done, a / "r", args={"data_dir": "lra", "cache_dir": "c", "out_dir": "r"})
+    monkeypatch.chdir(b)
+    args = runsetup.settings(["--resume", "--out_dir", "../A/r", "--max_iters", "4"])[0]
+    assert (args.data_dir, args.cache_dir) == (str(a / "lra"), str(a / "c"))
+    args = runsetup.settings(["--init_from", "../A/r/ckpt.pt", "--eval_only", "--out_dir", "e"])[0]
+    assert (args.data_dir, args.cache_dir) == (str(a / "lra"), str(a / "c"))
+    monkeypatch.chdir(a)                                     # where it was started: as recorded
+    assert runsetup.settings(["--resume", "--out_dir", "r", "--max_iters", "4"])[0].data_dir == "lra"
+    monkeypatch.chdir(b)
+    shutil.rmtree(a / "lra")
+    with pytest.raises(config.UsageError) as e:
+        runsetup.settings(["--resume", "--out_dir", "../A/r", "--max_iters", "4"])
+    one_line(e, f"../A/r/ckpt.pt: its run read --data_dir {a / 'lra'}, which is not there")
+    with pytest.raises(config.UsageError) as e:
+        runsetup.settings(["--init_from", "../A/r/ckpt.pt", "--eval_only", "--out_dir", "e"])
+    one_line(e, f"--init_from ../A/r/ckpt.pt: its run read --data_dir {a / 'lra'}, which is not there")

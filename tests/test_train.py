@@ -606,6 +606,66 @@ def test_ctrl_c_finishes_the_step_saves_it_and_says_how_to_continue(lra, tmp_pat
     assert signal.getsignal(signal.SIGINT) == before           # Ctrl-C is handled as it was again
 
 
+class Killed(Exception):
+    """What this test's SIGTERM handler raises (Python's default would end pytest)."""
+
+
+def test_sigterm_finishes_the_step_saves_it_and_says_how_to_continue(lra, tmp_path, monkeypatch):
+    """SIGTERM (kill, a job scheduler's limit) stops a run as Ctrl-C does, with exit status 143 (docs/train.md)."""
+    schedule = train.learning_rate
+
+    def sigterm_during_step_3(args, step):
+        if step == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return schedule(args, step)
+    monkeypatch.setattr(train, "learning_rate", sigterm_during_step_3)
+
+    def killed(signum, frame):
+        raise Killed
+    before = signal.signal(signal.SIGTERM, killed)
+    try:
+        with pytest.raises(train.Interrupted) as e:
+            run("--data_dir", lra, *TINY, "--max_iters", "6", "--eval_interval", "6", "--out_dir", tmp_path / "o")
+        assert signal.getsignal(signal.SIGTERM) is killed         # handled as it was again
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert torch.load(tmp_path / "o" / "ckpt.pt", map_location="cpu", weights_only=True)["iter"] == 3
+    assert not (tmp_path / "o" / "metrics.json").exists()
+    assert str(e.value) == (f"terminated (SIGTERM) at step 3 of 6; continue with: python train.py --resume --out_dir "
+                            f"{tmp_path / 'o'}") and e.value.status == 143
+
+
+def char_run(folder, *flags):
+    """A 2-step character language model on a text of 17 distinct characters, in folder/r."""
+    (folder / "t.txt").write_text("the cat sat on a mat and dog ran\n" * 30)
+    return run("--task", "textfile", "--tokenizer", "char", "--data_dir", folder / "t.txt", "--cache_dir",
+               folder / "c", *TINY, "--block_size", "16", "--max_iters", "2", "--eval_interval", "2", "--out_dir",
+               folder / "r", *flags)
+
+
+def test_overwrite_keeps_the_old_run_until_every_check_has_passed(tmp_path):
+    """--n_train too small for one window is refused after the data is read: the old run's files are still there."""
+    char_run(tmp_path)
+    kept = {name: (tmp_path / "r" / name).read_bytes() for name in ("ckpt.pt", "best.pt")}
+    with pytest.raises(data.DataError, match="--n_train 10 is too few tokens for one window"):
+        char_run(tmp_path, "--n_train", "10", "--overwrite")
+    assert {name: (tmp_path / "r" / name).read_bytes() for name in kept} == kept
+
+
+def test_a_language_models_best_record_of_an_accuracy_is_refused_before_any_step(tmp_path):
+    """A language model keeps its best by val_loss: a record {step, val_acc} is damaged (it was a KeyError
+    traceback at the first evaluation, after the steps)."""
+    char_run(tmp_path)
+    ckpt = torch.load(tmp_path / "r" / "ckpt.pt", weights_only=True)
+    torch.save({**ckpt, "best": {"step": 2, "val_acc": 0.5}}, tmp_path / "r" / "ckpt.pt")
+    log = (tmp_path / "r" / "log.jsonl").read_text()
+    with pytest.raises(config.UsageError) as e:
+        run("--resume", "--out_dir", tmp_path / "r", "--max_iters", "4")
+    assert str(e.value).startswith(f"{tmp_path / 'r'}/ckpt.pt: its record 'best' is damaged") and "val_loss" in str(
+        e.value)
+    assert (tmp_path / "r" / "log.jsonl").read_text() == log
+
+
 def test_every_step_and_process_has_its_own_dropout_seed():
     seeds = [ddp.step_seed(seed, it, rank) for seed in range(4) for it in range(3000) for rank in range(4)]
     assert len(set(seeds)) == len(seeds)                     # no two (seed, step, process) share their masks
