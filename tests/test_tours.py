@@ -175,14 +175,24 @@ def test_a_tour_whose_reader_goes_away_ends_quietly(name, tmp_path):
     assert p.returncode in (-getattr(signal, "SIGPIPE", 0), 1) and "Traceback" not in err, err[-3000:]
 
 
+def tour_text(name):
+    with open(os.path.join(ROOT, "tours", f"{name}.py"), encoding="utf-8") as f:
+        return f.read()
+
+
+def functions_of(name, *functions):
+    """The source of a tour's top-level functions `functions`, in the tour's order."""
+    text = tour_text(name)
+    nodes = [n for n in ast.parse(text).body if isinstance(n, ast.FunctionDef) and n.name in functions]
+    assert sorted(n.name for n in nodes) == sorted(functions), f"tours/{name}.py lacks one of {functions}"
+    return "\n\n".join(ast.get_source_segment(text, n) for n in nodes)
+
+
 def test_the_simpletron_tours_training_stops_in_one_line_when_train_py_refuses(tmp_path, monkeypatch, capsys):
-    """The tour's train_py (its function alone, taken from the tour): train.py's own line, then one line saying the
-    tour stopped, and no traceback; nothing trained."""
-    with open(os.path.join(ROOT, "tours", "simpletron.py")) as f:
-        tree = ast.parse(f.read())
-    cell = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "train_py"]
+    """The tour's train_py (its function alone, with the set-up cell's run_python): train.py's own line, then one
+    line saying the tour stopped, and no traceback; nothing trained."""
     namespace = {"subprocess": subprocess, "sys": sys}
-    exec(compile(ast.Module(cell, type_ignores=[]), "tours/simpletron.py", "exec"), namespace)
+    exec(compile(functions_of("simpletron", "run_python", "train_py"), "tours/simpletron.py", "exec"), namespace)
     monkeypatch.chdir(ROOT)                                  # (the tour's setup cell's folder)
     with pytest.raises(SystemExit) as e:
         namespace["train_py"]("--max_iters", "-5", "--out_dir", str(tmp_path / "o"))
@@ -190,3 +200,63 @@ def test_the_simpletron_tours_training_stops_in_one_line_when_train_py_refuses(t
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == f"$ python train.py --max_iters -5 --out_dir {tmp_path / 'o'}" and len(lines) == 2, lines
     assert lines[1].startswith("error: --max_iters -5") and not (tmp_path / "o").exists()
+
+
+def test_a_tour_starts_its_processes_with_the_set_up_cells_run_python_alone():
+    """A process a tour starts (train.py, python -m tasks.listops) must stop when the tour stops: run_python, in the
+    set-up cell, sees to it. Past the set-up cell no tour calls subprocess itself."""
+    for name in TOURS:
+        cells = [text for kind, text in percent_cells(tour_text(name)) if kind == "code"]
+        calls = [f"subprocess.{n.attr}" for cell in cells[1:] for n in ast.walk(ast.parse(cell))
+                 if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "subprocess"]
+        assert not calls, f"tours/{name}.py starts a process with {calls[0]}: use the set-up cell's run_python"
+
+
+def alive(pid):
+    """Whether process `pid` still runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:                                          # no /proc: ask the process
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads /proc")
+@pytest.mark.parametrize("sig, status, said", [(signal.SIGTERM, 143, "terminated: the tour stopped"),
+                                               (signal.SIGINT, 130, "interrupted: the tour stopped")],
+                         ids=["SIGTERM", "Ctrl-C"])
+def test_a_tour_stopped_while_its_train_py_runs_stops_it_too(sig, status, said, tmp_path):
+    """SIGTERM (kill, a scheduler's stop) or Ctrl-C to a tour run as a script while the train.py it started runs:
+    the tour says one line, exits 143 (130), and its train.py is stopped with it, not left working alone. The
+    set-up cell and simpletron's train_py, run from a folder whose train.py prints its process id and sleeps."""
+    (tmp_path / "train.py").write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(120)\n")
+    first = next(text for kind, text in percent_cells(tour_text("simpletron")) if kind == "code")
+    code = f"{first}\n\n{functions_of('simpletron', 'train_py')}\n\ntrain_py('--max_iters', '5')\n"
+    env = {k: v for k, v in os.environ.items() if k != "MPLBACKEND"}
+    p = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env={**env, "PYTHONPATH": ROOT},
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = None
+    try:
+        deadline = time.monotonic() + 60
+        while child is None and time.monotonic() < deadline and p.poll() is None:
+            if select.select([p.stdout], [], [], 0.5)[0]:
+                line = p.stdout.readline()
+                child = int(line.split()[1]) if line.startswith("pid ") else None
+        assert child, "the tour's train.py did not start within 60 s"
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=30)
+        deadline = time.monotonic() + 2
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not alive(child), "the tour ended and left its train.py running"
+        assert p.returncode == status and err.startswith(said) and len(err.splitlines()) == 1, (p.returncode, err)
+    finally:
+        p.kill()
+        if child and alive(child):
+            os.kill(child, signal.SIGKILL)

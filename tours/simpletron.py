@@ -39,6 +39,26 @@ else:
         ROOT = os.path.dirname(ROOT)
 os.chdir(ROOT)                                            # train.py's out/ and data/ go there
 sys.path.insert(0, ROOT)                                  # before tours/: the model file, not the tour of its name
+
+
+def run_python(*args):
+    """python ARGS in a process of its own, its output printed as it comes; returns its exit status. When the tour
+    stops first (Ctrl-C, SIGTERM, an error), the process is stopped too: none goes on working alone."""
+    print("$ python", *args, flush=True)
+    with subprocess.Popen([sys.executable, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
+        try:
+            for line in p.stdout:
+                print(line, end="", flush=True)
+        except BaseException:
+            p.terminate()                                 # SIGTERM: it ends as the programs do, its workers too
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            raise
+    return p.returncode
+
+
 if "ipykernel" not in sys.modules:                        # python tours/NAME.py: no flags; MPLBACKEND a backend
     def stop_quietly(kind, error, trace):                 # Ctrl-C, or the reader of stdout gone (... | head -1):
         if issubclass(kind, BrokenPipeError):             # end as the project's programs do, without a traceback
@@ -47,6 +67,9 @@ if "ipykernel" not in sys.modules:                        # python tours/NAME.py
         if issubclass(kind, KeyboardInterrupt) or kind.__name__ == "Interrupted":   # (train.py's, between steps)
             print("interrupted: the tour stopped; the files it wrote before are as they were", file=sys.stderr)
             os._exit(130)                                 # (sys.exit is no use in an excepthook)
+        if kind.__name__ == "Terminated":                 # SIGTERM (data.terminate, below): exit status 143
+            print("terminated: the tour stopped; the files it wrote before are as they were", file=sys.stderr)
+            os._exit(143)
         sys.__excepthook__(kind, error, trace)
     sys.excepthook = stop_quietly
     signal.signal(signal.SIGINT, signal.default_int_handler)   # (a background job starts with Ctrl-C ignored)
@@ -58,6 +81,8 @@ if "ipykernel" not in sys.modules:                        # python tours/NAME.py
     except ValueError:
         sys.exit(f"error: MPLBACKEND={os.environ.get('MPLBACKEND')} names no backend of matplotlib's (e.g. TkAgg, "
                  "QtAgg, Agg): set one, or unset it")
+    from data import terminate                            # SIGTERM raised where the tour is, as Ctrl-C is: run_python
+    signal.signal(signal.SIGTERM, terminate)              # stops its process, and the tour ends in one line
 
 # %%
 import matplotlib
@@ -507,14 +532,10 @@ print("the res block: written out with its weights, it is simpletron.Block")
 
 # %%
 def train_py(*flags):
-    """python train.py FLAGS in a process of its own, its output printed as it comes."""
-    print("$ python train.py", " ".join(flags), flush=True)
-    with subprocess.Popen([sys.executable, "train.py", *flags], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True) as p:
-        for line in p.stdout:
-            print(line, end="", flush=True)
-    if p.returncode:
-        sys.exit(f"error: train.py stopped (exit status {p.returncode}); its line above says why")
+    """python train.py FLAGS in a process of its own (the set-up cell's run_python), its output printed as it comes."""
+    status = run_python("train.py", *flags)
+    if status:
+        sys.exit(f"error: train.py stopped (exit status {status}); its line above says why")
 
 
 STEPS = 3000
