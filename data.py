@@ -50,6 +50,7 @@ and what to do (docs/tasks.md).
 import argparse
 import contextlib
 import csv
+import difflib
 import errno
 import hashlib
 import inspect
@@ -98,8 +99,24 @@ def task(name, help=None, generated_only=()):
         if not any(p.kind == p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values()):
             UNFIT.setdefault(name, f"its loader {fn.__name__}() in {fn.__module__} takes no **_, and train.py "
                              "passes it every task's settings (seed, tokenizer, ...): end its parameters with **_")
+        unknown = unknown_options(fn)
+        if unknown:
+            UNFIT.setdefault(name, unknown)
         return fn
     return register
+
+
+def unknown_options(fn):
+    """Why a loader's @task(help=..., generated_only=...) names an option its parameters lack, or None: a
+    misspelt name would be dropped silently (a generated_only option never refused with --data_dir)."""
+    own = [p.name for p in inspect.signature(fn).parameters.values() if p.kind != p.VAR_KEYWORD]
+    for what, names in (("generated_only", fn.generated_only), ("help", fn.help)):
+        for k in names:
+            if k not in own:
+                near = "".join(f" (did you mean {n!r}?)" for n in difflib.get_close_matches(k, own, 1))
+                return (f"@task(..., {what}=...) names {k!r}, which its loader {fn.__name__}() in {fn.__module__} "
+                        f"has no parameter of{near}; its options are {', '.join(own)}")
+    return None
 
 
 def load_task(name, cache_dir="data", **kw):
@@ -111,7 +128,33 @@ def load_task(name, cache_dir="data", **kw):
         raise DataError(f"--cache_dir {cache_dir} is not a folder")
     remove_stale_temps(cache_dir)
     remove_stale_temps(os.path.join(cache_dir, name), recursive=True)
-    return TASKS[name](cache_dir=cache_dir, **kw)
+    loaded = TASKS[name](cache_dir=cache_dir, **kw)
+    problem = declared_problem(loaded)
+    if problem:                                              # (a fork's task: the model would be built from it)
+        raise DataError(f"task {name!r} ({TASKS[name].__module__}): {problem}")
+    return loaded
+
+
+def declared_problem(t):
+    """Why what a loader returned is no Task a model can be built for, or None: its kind, and its vocab_size,
+    block_size and n_classes held to train.py's limits for those fields (a classifier needs two classes)."""
+    def at_least(v, lo):
+        return isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v >= lo
+
+    if not isinstance(t, Task):
+        return f"its loader returned {type(t).__name__}, not a data.Task"
+    if t.kind not in ("cls", "match", "lm"):
+        return f"its Task's kind is {t.kind!r}: use \"cls\", \"match\" (a pair of texts) or \"lm\""
+    if not at_least(t.vocab_size, 2):
+        return f"its Task declares vocab_size {t.vocab_size!r}: give an integer >= 2 (its ids and the padding 0)"
+    if not at_least(t.block_size, 1):
+        return f"its Task declares block_size {t.block_size!r}: give an integer >= 1"
+    if t.kind == "lm" and t.n_classes != 0:
+        return f"its Task declares n_classes {t.n_classes!r} for a language model: give 0"
+    if t.kind != "lm" and not at_least(t.n_classes, 2):
+        return (f"its Task declares n_classes {t.n_classes!r}, and a classifier needs 2 classes or more (labels 0 "
+                "to n_classes - 1; a yes/no task has 2, labels 0 and 1)")
+    return None
 
 
 class Parser(argparse.ArgumentParser):

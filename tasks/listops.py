@@ -144,6 +144,7 @@ def listops_operator(depth, rnd, budget, max_depth=LISTOPS_DEPTH, args=LISTOPS_A
 
 
 LISTOPS_STALE_DRAWS = 200_000   # a chunk stops after this many draws in a row without a new tree
+LISTOPS_CHUNK = 1_000           # trees a chunk draws (a round draws two more chunks than it needs, as spare)
 
 
 def listops_chunk(args):
@@ -169,7 +170,7 @@ def listops_chunk(args):
     return list(out.items())
 
 
-def generate_listops(n, seed=0, min_len=500, max_len=2000, chunk=1000, depth=LISTOPS_DEPTH, args=LISTOPS_ARGS,
+def generate_listops(n, seed=0, min_len=500, max_len=2000, chunk=None, depth=LISTOPS_DEPTH, args=LISTOPS_ARGS,
                      processes=None, progress=True):
     """n distinct (string, label) examples, yielded one at a time, the same for a seed whatever the number of
     processes: chunk i is drawn from its own seed (seed, i), chunks are merged in order and a tree is kept the
@@ -177,6 +178,7 @@ def generate_listops(n, seed=0, min_len=500, max_len=2000, chunk=1000, depth=LIS
     strings alone would take 0.6 GB. Progress is shown over chunks."""
     from tqdm import tqdm
     processes = min(os.cpu_count() or 1, 8) if processes is None else processes
+    chunk = min(chunk or LISTOPS_CHUNK, n)                   # (a few trees: the first chunk's first n, drawn alone)
     per_round = n // chunk + 2                               # a little spare for duplicates
     seen, start = set(), 0
     with contextlib.ExitStack() as stack:
@@ -205,25 +207,38 @@ def generate_listops(n, seed=0, min_len=500, max_len=2000, chunk=1000, depth=LIS
             start += per_round
 
 
-def listops_probe(setting, draws=20_000, seed=12345):
-    """Draw `draws` roots with `setting`: (kept, distinct kept, about how many distinct trees the setting
-    has). A quick check, before generating, that the length window is reached and that there are enough
-    distinct trees. The last is the birthday estimate kept^2 / (2 * repeats), infinite without repeats."""
+LISTOPS_PROBE_DRAWS = 20_000            # roots the probe draws at most, and the tokens they may grow: about 2
+LISTOPS_PROBE_TOKENS = 5_000_000        # seconds (LRA's 20,000 roots grow 2.5 million tokens, 1,500 a tree kept)
+LISTOPS_MOST_GROWN = 15 * 10**9         # tokens a setting's generation may grow: 10 million LRA trees' (2 hours)
+
+
+def listops_probe(setting, draws=None, seed=12345, budget=None):
+    """Draw `draws` roots with `setting` (LISTOPS_PROBE_DRAWS), or fewer once they have grown `budget` tokens
+    (LISTOPS_PROBE_TOKENS): (kept, distinct kept, about how many distinct trees the setting has, roots drawn,
+    tokens grown). A quick check, before generating, that the length window is reached at a bearable cost and
+    that there are enough distinct trees. The estimate is the birthday estimate kept^2 / (2 * repeats), infinite
+    without repeats."""
     rnd = random.Random(f"listops-probe-{seed}").random
-    kept, distinct = 0, set()
-    for _ in range(draws):
+    draws = draws or LISTOPS_PROBE_DRAWS
+    budget = budget or LISTOPS_PROBE_TOKENS
+    kept, distinct, drawn, grown = 0, set(), 0, 0
+    while drawn < draws and grown < budget:
+        drawn += 1
         if rnd() > LISTOPS_OP_P:
             rnd()
+            grown += 1
             continue
         try:
             s, _, n = listops_operator(1, rnd, setting.lengths[1], setting.depth, setting.args)
-        except _TooLong:
+        except _TooLong:                                     # at most the budget and one node's leaves past it
+            grown += setting.lengths[1] + setting.args[1]
             continue
+        grown += n
         if setting.lengths[0] < n < setting.lengths[1]:
             kept += 1
             distinct.add(s)
     repeats = kept - len(distinct)
-    return kept, len(distinct), kept * kept / (2 * repeats) if repeats else math.inf
+    return kept, len(distinct), kept * kept / (2 * repeats) if repeats else math.inf, drawn, grown
 
 
 def write_listops_arrays(setting, out):
@@ -245,15 +260,28 @@ def write_listops_arrays(setting, out):
 
 
 def check_reachable(setting):
-    """An unusual setting: a DataError if its length window is not reached, or it has too few distinct trees
-    (drawing more than half of them would crawl)."""
-    kept, _, estimate = listops_probe(setting)
-    if not kept:
-        raise DataError(f"listops: no tree of {setting.lengths[0]} < length < {setting.lengths[1]} in "
-                        "20,000 draws; widen --listops_len or raise --listops_depth / --listops_args")
-    if estimate < 2 * sum(setting.sizes):
+    """An unusual setting: a DataError if its length window is not reached, if its trees would take more than
+    LISTOPS_MOST_GROWN tokens grown to generate (the probe's rate), or if it has too few distinct trees (drawing
+    more than half of them would crawl)."""
+    kept, _, estimate, drawn, grown = listops_probe(setting)
+    window, n = f"{setting.lengths[0]} < length < {setting.lengths[1]}", sum(setting.sizes)
+    if not kept and drawn == LISTOPS_PROBE_DRAWS:
+        raise DataError(f"listops: no tree of {window} in {drawn:,} draws; widen --listops_len or raise "
+                        "--listops_depth / --listops_args")
+    if not kept:                                             # the probe's bound reached first
+        raise DataError(f"listops: no tree of {window} in {drawn:,} draws, which grew {grown:,} tokens (the probe's "
+                        f"bound): with depth {setting.depth} and {setting.args[0]}-{setting.args[1]} arguments such "
+                        "trees are too rare to generate in bearable time; lower --listops_args or --listops_depth, "
+                        "or change --listops_len")
+    cost = grown / kept * (n if n <= LISTOPS_CHUNK else n + 2 * LISTOPS_CHUNK)    # (generate_listops's spare chunks)
+    if cost > LISTOPS_MOST_GROWN:
+        raise DataError(f"listops: the setting ({setting.describe()}) grew {grown:,} tokens of trees per {kept:,} kept "
+                        f"in the probe: its {n:,} trees would take some {cost:.2g} tokens, more than the "
+                        f"{LISTOPS_MOST_GROWN:.2g} (some 2 hours) allowed; lower --listops_sizes, --listops_args or "
+                        "--listops_depth, or change --listops_len")
+    if estimate < 2 * n:
         raise DataError(f"listops: the setting ({setting.describe()}) has only about {int(estimate)} distinct trees, "
-                        f"too few for {sum(setting.sizes)}; widen --listops_len or --listops_args, raise "
+                        f"too few for {n}; widen --listops_len or --listops_args, raise "
                         "--listops_depth or lower --listops_sizes")
 
 

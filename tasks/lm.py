@@ -13,6 +13,7 @@ import glob
 import itertools
 import json
 import os
+import shutil
 
 import numpy as np
 
@@ -224,16 +225,35 @@ def check_ids(path, dtype, vocab, whose, stamps):
     remembered."""
     stamp = os.path.join(stamps, f"{source_key([path])}-{vocab}")
     record = json.dumps({"file": os.path.realpath(path), "stamp": file_stamp(path), "vocab": vocab})
-    with contextlib.suppress(OSError, UnicodeDecodeError), open(stamp) as f:
-        if f.read() == record:
-            return
+    if os.path.isfile(stamp):                                # (a FIFO there would wait for a writer)
+        with contextlib.suppress(OSError, UnicodeDecodeError), open(stamp) as f:
+            if f.read() == record:
+                return
     ids = load_bin(path, dtype)
     for start in range(0, len(ids), CHECK_CHUNK):
         chunk = ids[start:start + CHECK_CHUNK]
         if chunk.max() >= vocab:
             i = int(np.argmax(chunk >= vocab))
             raise DataError(f"{path} holds id {chunk[i]} (at position {start + i:,}), outside {whose}")
-    os.makedirs(stamps, exist_ok=True)
+    remember_check(stamps, stamp, record)
+
+
+def remember_check(stamps, stamp, record):
+    """Write the record of an id check at `stamp`, in the cache's folder `stamps`. The records are the cache's
+    bookkeeping, written again whenever lost: what stands in their place (a file where the folder goes, a folder
+    where a record goes) is removed first, and said; a cache that cannot be written is one DataError line."""
+    try:
+        for path, fits, kind in ((stamps, os.path.isdir, "folder"), (stamp, os.path.isfile, "file")):
+            if os.path.lexists(path) and not fits(path):
+                print(f"{path} is not a {kind} (a record of the ids checked): made again", flush=True)
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
+        os.makedirs(stamps, exist_ok=True)
+    except OSError as e:
+        raise DataError(f"cannot write {stamps}, where the checked ids are recorded ({e.strerror or e}); make "
+                        "--cache_dir writable, or use another") from None
     atomic_write_text(stamp, record)
 
 

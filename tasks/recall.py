@@ -329,11 +329,12 @@ def _loader(name):
         return recall_task(name, cache_dir, data_dir, block_size, recall_len, recall_pairs, recall_vocab,
                            recall_sizes, txt)
     load_recall.__doc__ = f"The {name} task (tasks/recall.py): generated, or --data_dir's plain files."
+    own = inspect.signature(load_recall)
     if name == "induction":                                  # no pairs: --recall_pairs is no setting of it
-        own = inspect.signature(load_recall)
-        load_recall.__signature__ = own.replace(parameters=[p for p in own.parameters.values()
-                                                            if p.name != "recall_pairs"])
-    return task(name, help=HELP, generated_only=("recall_pairs", "recall_sizes"))(load_recall)
+        own = own.replace(parameters=[p for p in own.parameters.values() if p.name != "recall_pairs"])
+        load_recall.__signature__ = own
+    return task(name, help={k: v for k, v in HELP.items() if k in own.parameters},
+                generated_only=tuple(k for k in ("recall_pairs", "recall_sizes") if k in own.parameters))(load_recall)
 
 
 mqar_task, copy_task, induction_task = map(_loader, GENERATORS)

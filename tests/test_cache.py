@@ -353,6 +353,28 @@ def test_the_remembered_id_check_is_redone_after_any_change(tmp_path, monkeypatc
         maps()
 
 
+def test_a_stray_file_or_folder_in_place_of_the_id_records_is_replaced(tmp_path, capsys):
+    """The records of the ids checked are the cache's bookkeeping: a file named like their folder (battery 16 case
+    19: "c/openwebtext/checked: cannot be read (File exists)") or a folder named like a record is replaced, said in
+    one line, and the ids are checked again."""
+    folder = write_nanogpt_bins(tmp_path / "owt")
+    kw = dict(data_dir=str(folder), tokenizer="gpt2", block_size=8)
+    checked = tmp_path / "c" / "openwebtext" / "checked"
+    checked.parent.mkdir(parents=True)
+    checked.write_text("stray\n")
+    task = load("openwebtext", kw, tmp_path / "c")
+    assert task.split("val").stream.tolist() == np.fromfile(folder / "val.bin", np.uint16).tolist()
+    assert f"{checked} is not a folder (a record of the ids checked): made again" in capsys.readouterr().out
+    records = sorted(checked.iterdir())
+    assert len(records) == 2 and all(json.loads(p.read_text())["vocab"] == 50257 for p in records)
+    os.remove(records[0])
+    records[0].mkdir()                                       # a folder where a record goes
+    (records[0] / "x").write_text("not ours\n")
+    load("openwebtext", kw, tmp_path / "c")
+    assert f"{records[0]} is not a file (a record of the ids checked): made again" in capsys.readouterr().out
+    assert records[0].is_file() and json.loads(records[0].read_text())["vocab"] == 50257
+
+
 # ----------------------------------------------------------------------------------------------
 # Cache names: two settings that give different contents never share a cache folder
 

@@ -184,3 +184,55 @@ def test_the_page_lists_the_reserved_names():
     listed = re.findall(r"`(\w+)`", paragraph.partition(":")[2])
     assert listed == [*config.DEFAULTS, "help"], ("docs/architecture.md's reserved names are not config.FLAGS' (and "
                                                   "help): list the flags there as config.FLAGS has them")
+
+
+def fork_loader(module, returns=None):
+    """A fork's loader, as if defined in `module`: (cache_dir, data_dir, block_size, gen_size, **_) -> returns()."""
+    def gen(cache_dir="data", data_dir=None, block_size=8, gen_size=300, **_):
+        return returns()
+    gen.__module__ = module
+    return gen
+
+
+def test_a_task_naming_an_option_its_loader_lacks_is_refused_at_registration(monkeypatch):
+    """A misspelt generated_only name (battery 16 case 92: gen_sise for gen_size) was never refused with --data_dir;
+    a misspelt help name was never shown. tasks/__init__.py says the first such problem in one line."""
+    import data
+    monkeypatch.setattr(data, "TASKS", {})
+    monkeypatch.setattr(data, "UNFIT", {})
+    data.task("gen", generated_only=("gen_sise",))(fork_loader("tasks.gen"))
+    data.task("gen2", help={"gen_size": "examples", "blocksize": "tokens"})(fork_loader("tasks.gen2"))
+    data.task("gen3", help={"gen_size": "examples"}, generated_only=("gen_size",))(fork_loader("tasks.gen3"))
+    assert data.UNFIT == {
+        "gen": "@task(..., generated_only=...) names 'gen_sise', which its loader gen() in tasks.gen has no parameter "
+               "of (did you mean 'gen_size'?); its options are cache_dir, data_dir, block_size, gen_size",
+        "gen2": "@task(..., help=...) names 'blocksize', which its loader gen() in tasks.gen2 has no parameter of "
+                "(did you mean 'block_size'?); its options are cache_dir, data_dir, block_size, gen_size"}
+    assert list(data.TASKS) == ["gen", "gen2", "gen3"]       # (registered: tasks/__init__ refuses them all at once)
+
+
+def test_a_task_that_declares_what_no_model_can_be_built_for_is_refused_when_loaded(monkeypatch, tmp_path):
+    """Battery 16 case 89: a fork's classifier of one class (n_classes 1) trained with a loss of 0 and accuracy 1.
+    What the loader returns is held to train.py's limits for the fields it sets, in one line naming the task."""
+    import data
+    monkeypatch.setattr(data, "TASKS", {})
+    cases = [(data.Task("t", "cls", 10, 8, 1), "its Task declares n_classes 1, and a classifier needs 2 classes"),
+             (data.Task("t", "match", 10, 8, 0), "its Task declares n_classes 0, and a classifier needs 2"),
+             (data.Task("t", "lm", 10, 8, 3), "its Task declares n_classes 3 for a language model: give 0"),
+             (data.Task("t", "regression", 10, 8, 0), "its Task's kind is 'regression'"),
+             (data.Task("t", "lm", 1, 8, 0), "its Task declares vocab_size 1: give an integer >= 2"),
+             (data.Task("t", "cls", 10, 0, 2), "its Task declares block_size 0: give an integer >= 1"),
+             (data.Task("t", "cls", 10, 8.0, 2), "its Task declares block_size 8.0: give an integer >= 1"),
+             (data.Task("t", "cls", 10, 8, True), "its Task declares n_classes True"),
+             (None, "its loader returned NoneType, not a data.Task")]
+    for returned, why in cases:
+        data.TASKS["onecls"] = fork_loader("tasks.onecls", lambda: returned)
+        try:
+            data.load_task("onecls", cache_dir=str(tmp_path))
+        except data.DataError as e:
+            assert str(e).startswith(f"task 'onecls' (tasks.onecls): {why}") and "\n" not in str(e), str(e)
+        else:
+            raise AssertionError(f"accepted: {returned}")
+    for fine in (data.Task("t", "cls", 10, 8, 2), data.Task("t", "lm", 2, 1, 0), data.Task("t", "cls", 10, 8, 10)):
+        data.TASKS["onecls"] = fork_loader("tasks.onecls", lambda: fine)
+        assert data.load_task("onecls", cache_dir=str(tmp_path)) is fine

@@ -14,6 +14,7 @@ import itertools
 import multiprocessing
 import os
 import random
+import re
 import subprocess
 import sys
 
@@ -349,7 +350,7 @@ def test_bad_settings_fail_in_one_line_before_generating(tmp_path, kw, message):
 
 def test_the_probe_counts_kept_and_distinct_trees_and_estimates_the_rest(tmp_path, monkeypatch):
     setting = listops.listops_setting(2, "2,3", "3,5", "1,1,1")          # [OP a b]: 400 trees, 1/8 of the draws
-    kept, distinct, estimate = listops.listops_probe(setting, draws=4000, seed=1)
+    kept, distinct, estimate, drawn, _ = listops.listops_probe(setting, draws=4000, seed=1)
     rnd = random.Random("listops-probe-1").random                 # the same draws, counted here
     trees = []
     for _ in range(4000):
@@ -359,11 +360,11 @@ def test_the_probe_counts_kept_and_distinct_trees_and_estimates_the_rest(tmp_pat
         text, _, n = listops.listops_operator(1, rnd, 5, 2, (2, 3))
         if n == 4:
             trees.append(text)
-    assert (kept, distinct) == (len(trees), len(set(trees))) and 250 < distinct < 400
+    assert (kept, distinct, drawn) == (len(trees), len(set(trees)), 4000) and 250 < distinct < 400
     assert estimate == pytest.approx(kept ** 2 / (2 * (kept - distinct)))
     assert listops.listops_probe(listops.listops_setting(3, "2,5", "10,40", "1,1,1"), draws=500)[2] == float("inf")
     # the task refuses a setting when the estimate is below twice the trees asked for, and only then
-    kept, distinct, estimate = listops.listops_probe(setting)
+    kept, distinct, estimate, _, _ = listops.listops_probe(setting)
     low, high = int(estimate / 2) - 1, int(estimate / 2) + 1          # numbers of trees: passes, fails the probe
     with pytest.raises(data.DataError, match=f"has only about {int(estimate)} distinct trees, too few for {high}"):
         data.load_task("listops", cache_dir=str(tmp_path), listops_depth=2, listops_args="2,3", listops_len="3,5",
@@ -372,6 +373,66 @@ def test_the_probe_counts_kept_and_distinct_trees_and_estimates_the_rest(tmp_pat
     with pytest.raises(data.DataError, match=f"only 400 distinct trees found, fewer than the {low}"):   # generates
         data.load_task("listops", cache_dir=str(tmp_path), listops_depth=2, listops_args="2,3", listops_len="3,5",
                        listops_sizes=f"{low - 2},1,1")
+
+
+def probe_by_hand(depth, args, max_len, draws, budget):
+    """The probe's draws replayed: (roots drawn, tokens grown, lengths of the trees finished), stopping at the
+    first root drawn once `budget` tokens are grown (a leaf root 1 token, a tree cut short max_len + args[1])."""
+    rnd = random.Random("listops-probe-12345").random
+    drawn, grown, lengths = 0, 0, []
+    while drawn < draws and grown < budget:
+        drawn += 1
+        if rnd() > 0.25:
+            rnd()
+            grown += 1
+            continue
+        try:
+            n = listops.listops_operator(1, rnd, max_len, depth, args)[2]
+        except listops._TooLong:
+            grown += max_len + args[1]
+            continue
+        grown += n
+        lengths.append(n)
+    return drawn, grown, lengths
+
+
+def test_the_probe_stops_at_its_token_bound_and_refuses_trees_too_rare(tmp_path, monkeypatch):
+    # depth 100, 1-10,000 arguments: a root grows ~1,250 operators a level, so nearly every tree runs to the
+    # 100,000-token bound; 20,000 such roots would take minutes (battery 16 case 85)
+    setting = listops.listops_setting(100, "1,10000", "0,100000", "10,1,1")
+    drawn, grown, lengths = probe_by_hand(100, (1, 10000), 100_000, 20_000, 300_000)
+    assert listops.listops_probe(setting, budget=300_000)[3:] == (drawn, grown) and drawn < 20_000
+    assert 300_000 <= grown < 300_000 + 110_000 and not lengths
+    monkeypatch.setattr(listops, "LISTOPS_PROBE_TOKENS", 300_000)
+    with pytest.raises(data.DataError, match=rf"no tree of 0 < length < 100000 in {drawn} draws, which grew "
+                                             rf"{grown:,} tokens \(the probe's bound\)"):
+        data.load_task("listops", cache_dir=str(tmp_path), listops_depth=100, listops_args="1,10000",
+                       listops_len="0,100000", listops_sizes="10,1,1")
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_setting_whose_trees_would_take_too_long_to_grow_is_refused(tmp_path, monkeypatch):
+    drawn, grown, lengths = probe_by_hand(3, (2, 5), 40, 20_000, 10**9)
+    kept = sum(10 < n < 40 for n in lengths)
+    per_tree = grown / kept                                  # tokens grown for each tree kept, ~34
+    assert drawn == 20_000 and 25 < per_tree < 45
+    monkeypatch.setattr(listops, "LISTOPS_MOST_GROWN", int(per_tree * 120) - 1)       # 120 trees: one token over
+    kw = dict(listops_depth=3, listops_args="2,5", listops_len="10,40")
+    with pytest.raises(data.DataError, match=rf"grew {grown:,} tokens of trees per {kept:,} kept in the probe: its "
+                                             + re.escape(f"120 trees would take some {per_tree * 120:.2g} tokens")):
+        data.load_task("listops", cache_dir=str(tmp_path), listops_sizes="100,10,10", **kw)
+    assert os.listdir(tmp_path) == []
+    monkeypatch.setattr(listops, "LISTOPS_MOST_GROWN", int(per_tree * 120) + 1)
+    assert data.load_task("listops", cache_dir=str(tmp_path), listops_sizes="100,10,10", **kw).split("val")
+
+
+def test_a_few_trees_are_drawn_from_one_chunk_of_that_many(monkeypatch):
+    counts, chunk = [], listops.listops_chunk
+    monkeypatch.setattr(listops, "listops_chunk", lambda a: (counts.append(a[1]), chunk(a))[1])
+    few = list(listops.generate_listops(7, seed=2, min_len=5, max_len=30, depth=3, args=(2, 4), processes=1,
+                                        progress=False))
+    assert counts == [7]                                     # not the 1,000 of a whole chunk, then 993 thrown away
+    assert few == chunk(((2, 0), 1000, 5, 30, 3, (2, 4)))[:7]  # the same trees as the whole chunk's first 7
 
 
 def test_a_small_setting_is_generated_into_its_own_folder(tmp_path, capsys):
