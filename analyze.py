@@ -55,13 +55,13 @@ if __name__ == "__main__":                                   # Ctrl-C while torc
     signal.signal(signal.SIGINT, signal.SIG_DFL)             # (data.run_main reports it in one line once running)
 
 import numpy as np  # noqa: E402
+import data  # noqa: E402  (data first: it loads torch, and a TORCH_* setting torch refuses is one line there)
 import torch  # noqa: E402
 
 os.environ["MPLBACKEND"] = "Agg"                            # files only (an unknown backend would stop the import)
 import matplotlib.pyplot as plt  # noqa: E402
 
 import curves  # noqa: E402
-import data    # noqa: E402
 import tasks   # noqa: E402  (registers every task)
 from config import (TASK_FLAGS, Parser, UsageError, check_value, check_vocabulary, load_checkpoint,  # noqa: E402
                     model_of_checkpoint)
@@ -201,7 +201,7 @@ def token_lyapunov(f, trajectory, times, dt, k=None, outputs=None):
 def activation_factor(X0, Xl, mask=None):
     """TransJect eq. 5 for each sequence: E_{i != j} |X_i^l - X_j^l| / |X_i^0 - X_j^0|.
     X0, Xl: (B, N, D); mask: (B, N) real tokens or None. Pairs with X_i^0 = X_j^0 are left out.
-    Returns (B,) float64."""
+    Returns (B,) float64: nan for a sequence without a pair (one real token), whose factor is undefined."""
     X0, Xl = X0.double(), Xl.double()
     d0, dl = torch.cdist(X0, X0), torch.cdist(Xl, Xl)       # (B, N, N)
     N = X0.shape[1]
@@ -210,7 +210,7 @@ def activation_factor(X0, Xl, mask=None):
         pair = pair & mask[:, :, None] & mask[:, None, :]
     pair = pair & (d0 > 0)
     ratio = torch.where(pair, dl / torch.where(pair, d0, 1.0), 0.0)   # no 0/0 in the pairs left out
-    return ratio.sum((1, 2)) / pair.sum((1, 2)).clamp_min(1)
+    return ratio.sum((1, 2)) / pair.sum((1, 2))           # (no pair: 0 / 0, nan)
 
 
 def differential_entropy(x, chunk_elems=2 ** 22):
@@ -568,7 +568,7 @@ def cmd_activation(args):
         m = mask if mask is not None else torch.ones(X0.shape[:2], dtype=torch.bool)
         act, ent = [], []
         for Xl in states:
-            act.append(activation_factor(X0, Xl, mask).tolist())
+            act.append([v for v in activation_factor(X0, Xl, mask).tolist() if not math.isnan(v)])   # (no pair)
             per_token = differential_entropy(Xl)             # (B, N) entropy of each token's coordinates
             fin = torch.isfinite(per_token) & m
             ent.append(((per_token.where(fin, 0)).sum(1) / fin.sum(1).clamp_min(1)).tolist())
@@ -599,8 +599,8 @@ def cmd_activation(args):
     axes[1].set_title("entropy of each token's coordinates, averaged over the sequence")
     fig.suptitle(f"Activation factor (TransJect eq. 5) and entropy (eq. 6) per layer ({args.n_seq} sequences each)")
     png = save_fig(fig, args.out, "activation")
-    path = write_json(args.out, "activation", {"note": "one value per sequence and layer; layer 0 is the "
-                                               "input to the first layer", "models": results})
+    path = write_json(args.out, "activation", {"note": "one value per sequence (of two tokens at least) and "
+                                               "layer; layer 0 is the input to the first layer", "models": results})
     for r in results:
         print(f"{r['label']}: median activation factor per layer " +
               " ".join(f"{np.median(a):.3g}" for a in r["activation_factor"]) +
@@ -729,19 +729,6 @@ def table_runs(name):
     return runs
 
 
-def last_values(row):
-    """One row's summary line: its last val loss and accuracy or perplexity, with the seeds' range."""
-    parts = []
-    for key, what, scale, form in (("val_loss", "val loss", 1, "{:.4f}"), ("val_acc", "val acc", 100, "{:.2f}%"),
-                                   ("val_ppl", "val ppl", 1, "{:.2f}")):
-        if key in row:
-            mean, lo, hi = (form.format(scale * row[key][k]) for k in ("mean", "min", "max"))
-            parts.append(f"{what} {mean}" + (f" (seeds {lo} to {hi})" if row["runs"] > 1 else ""))
-    step = f"step {row['val_loss']['step']}: " if "val_loss" in row else ""
-    seeds = f" ({row['runs']} seeds)" if row["runs"] > 1 else ""
-    return f"{row['label']}{seeds}: {step}" + (", ".join(parts) or "no evaluation yet")
-
-
 def cmd_curves(args):
     """The training curves of train.py runs (curves.py); the seeds of one row as their mean and a band."""
     png = os.path.join(args.out, "curves.png")
@@ -749,7 +736,7 @@ def cmd_curves(args):
     path = write_json(args.out, "curves", {"note": "per row, the last val values that all its seeds have: their "
                                            "mean, min and max (val_acc a fraction)", "runs": args.runs, "rows": rows})
     for row in rows:
-        print(last_values(row))
+        print(curves.last_values(row))
     print(f"wrote {path}, {png}")
 
 
@@ -920,6 +907,13 @@ def check(args):
                              "--help)")
     if data.writable_problem(args.out):
         raise UsageError(f"--out {args.out or repr(args.out)}: {data.writable_problem(args.out)}")
+    for path in (os.path.join(args.out, f"{args.command}.{kind}") for kind in ("json", "png")):   # what it writes
+        if os.path.lexists(path) and not (os.path.isfile(path) and os.access(path, os.W_OK)):
+            raise UsageError(f"--out {args.out}: {path} is there and is no file this command can write over (a "
+                             "folder?); move it away or choose another --out")
+    if args.command == "activation" and args.max_len < 2:
+        raise UsageError(f"--max_len {args.max_len}: the activation factor compares two tokens of a sequence; "
+                         "allowed is at least 2")
     if args.command in CKPT:
         check_models(args)
     elif args.command == "cluster":
@@ -936,23 +930,27 @@ def check(args):
     elif args.command == "attnstd":
         if not args.run:
             raise UsageError("attnstd needs --run DIR, a run of train.py --attn_std_interval N (several allowed)")
+        if given_twice(args.run):
+            raise UsageError(f"attnstd: the run {given_twice(args.run)} is given twice (once is its row of panels)")
         args.logs = [read_attention_std(run) for run in args.run]
     elif args.command == "curves":
         args.runs = list(args.runs) + (table_runs(args.table) if args.table else [])
         if not args.runs:
             raise UsageError("curves needs run folders (python analyze.py curves out/a out/b) or --table NAME")
-        for i, run in enumerate(args.runs):
-            if not run:
-                raise UsageError("curves: a run folder is an empty string; give the folder of a train.py run")
-            if os.path.realpath(run) in map(os.path.realpath, args.runs[:i]):
-                raise UsageError(f"curves: the run {run} is given twice (once is its line)")
+        if "" in args.runs:
+            raise UsageError("curves: a run folder is an empty string; give the folder of a train.py run")
+        if given_twice(args.runs):
+            raise UsageError(f"curves: the run {given_twice(args.runs)} is given twice (once is its line)")
+        for run in args.runs:
             path = os.path.join(run, "log.jsonl")
-            log = None if data.file_problem(path) else curves.read_log(path)
-            damaged = log and log["damaged"] and f"has a damaged record (step {log['damaged'][0]})"
-            problem = data.file_problem(path) or (None if log["train"] or log["val"] else "holds no record of a step"
-                                                  ) or damaged
+            problem = curves.log_problem(path)
             if problem:
                 raise UsageError(f"{run}: {path} {problem} (a folder of python train.py ...)")
+
+
+def given_twice(paths):
+    """The first of paths that names a file or folder named before it, or None."""
+    return next((p for i, p in enumerate(paths) if os.path.realpath(p) in map(os.path.realpath, paths[:i])), None)
 
 
 def check_models(args):
@@ -961,6 +959,8 @@ def check_models(args):
     if not paths or len(paths) > 1 and cmd in ("spectra", "lyapunov"):
         raise UsageError(f"{cmd} takes {'one --ckpt PATH' if cmd in ('spectra', 'lyapunov') else '--ckpt PATH'} "
                          f"({CKPT[cmd]}; python analyze.py {cmd} --help)")
+    if given_twice(paths):
+        raise UsageError(f"{cmd}: the checkpoint {given_twice(paths)} is given twice (--ckpt once is its column)")
     args.models = [load(path) for path in paths]
     for path, (model, ckpt) in zip(paths, args.models):
         holds = f"{path} holds {ckpt['model_name']}{'' if model.config.head == 'lm' else ' (a classifier)'}"

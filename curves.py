@@ -33,26 +33,55 @@ def record(line):
     return r if isinstance(r, dict) and data.finite(r.get("step")) else None
 
 
+def numbered_records(path):
+    """[(line number from 1, record)] of a log.jsonl's lines that are records."""
+    return [(n, r) for n, r in enumerate(map(record, data.read_lines(path)), 1) if r]
+
+
 def read_log(path):
-    """{"train": step records, "val": evaluations, "resumed": steps}; other records (attention std) left out."""
-    rs = [r for r in map(record, data.read_lines(path)) if r]
+    """{"train": step records, "val": evaluations, "resumed": steps, "damaged": (line number, step) of each record that
+    train.py cannot have written}; other records (attention std) left out."""
+    lines = numbered_records(path)
+    rs = [r for _, r in lines]
     number = data.finite
     return {"train": [r for r in rs if number(r.get("loss"))], "val": [r for r in rs if number(r.get("val_loss"))],
-            "damaged": [r["step"] for r in rs if any(k in r and not number(r[k]) for k in ("loss", "val_loss"))],
+            "damaged": [(n, r["step"]) for n, r in lines if damaged(r)],
             "resumed": [r["step"] for r in rs if r.get("resumed")]}
 
 
+def damaged(r):
+    """True for a record whose loss or val_loss is no number, or whose accuracy is none from 0 to 1 (a fraction)."""
+    return (any(k in r and not data.finite(r[k]) for k in ("loss", "val_loss")) or
+            any(k in r and not (data.finite(r[k]) and 0 <= r[k] <= 1) for k in ("acc", "val_acc", "val_acc_example")))
+
+
+def log_problem(path):
+    """What keeps a run's log.jsonl from being drawn (no readable file, no step, a damaged record), or None."""
+    problem = data.file_problem(path)
+    if problem:
+        return problem
+    log = read_log(path)
+    if not (log["train"] or log["val"]):
+        return "holds no record of a step"
+    if log["damaged"]:
+        line, step = log["damaged"][0]
+        return (f"has a damaged record (step {step:g}) at line {line}: a loss that is no number or an accuracy not "
+                "0 to 1")
+    return None
+
+
 def std_records(path):
-    """The attention-std records of a log.jsonl (train.py --attn_std_interval N): score_std and attn_std, one number a
-    block, as many blocks in each record; a DataError names the first record that is not."""
-    records = [r for r in map(record, data.read_lines(path)) if r and "score_std" in r]
-    n = len(records[0]["score_std"]) if records and isinstance(records[0]["score_std"], list) else 0
-    for r in records:
-        if not all(isinstance(r.get(k), list) and len(r[k]) == n > 0 and all(map(data.finite, r[k]))
-                   for k in ("score_std", "attn_std")):
-            raise data.DataError(f"{path}: the attention std of step {r['step']:g} is damaged (score_std and attn_std "
-                                 f"hold one number a block, {n or 'some'} blocks as in the first record)")
-    return records
+    """The attention-std records of a log.jsonl (train.py --attn_std_interval N): score_std and attn_std, one standard
+    deviation (a number >= 0) a block, as many blocks in each record; a DataError names the first line that is not."""
+    records = [(n, r) for n, r in numbered_records(path) if "score_std" in r]
+    blocks = len(records[0][1]["score_std"]) if records and isinstance(records[0][1]["score_std"], list) else 0
+    for n, r in records:
+        if not all(isinstance(r.get(k), list) and len(r[k]) == blocks > 0 and
+                   all(data.finite(v) and v >= 0 for v in r[k]) for k in ("score_std", "attn_std")):
+            raise data.DataError(f"{path}, line {n}: the attention std of step {r['step']:g} is damaged (score_std "
+                                 f"and attn_std hold one number >= 0 a block, {blocks or 'some'} blocks as in the "
+                                 "first record)")
+    return [r for _, r in records]
 
 
 def column(records, key):
@@ -204,3 +233,16 @@ def plot_runs(runs, png_path, labels=None):
                                            for d, row in keys]):
         rows.setdefault(label, []).append(read_log(os.path.join(run, "log.jsonl")))
     return draw_rows(rows, "training curves: the mean over seeds, the band from the lowest to the highest", png_path)
+
+
+def last_values(row):
+    """One row's summary line: its last val loss and accuracy or perplexity, with the seeds' range."""
+    parts = []
+    for key, what, scale, form in (("val_loss", "val loss", 1, "{:.4f}"), ("val_acc", "val acc", 100, "{:.2f}%"),
+                                   ("val_ppl", "val ppl", 1, "{:.2f}")):
+        if key in row:
+            mean, lo, hi = (form.format(scale * row[key][k]) for k in ("mean", "min", "max"))
+            parts.append(f"{what} {mean}" + (f" (seeds {lo} to {hi})" if row["runs"] > 1 else ""))
+    step = f"step {row['val_loss']['step']}: " if "val_loss" in row else ""
+    seeds = f" ({row['runs']} seeds)" if row["runs"] > 1 else ""
+    return f"{row['label']}{seeds}: {step}" + (", ".join(parts) or "no evaluation yet")

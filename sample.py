@@ -19,6 +19,7 @@ DiffEqFormer with a KV cache; a model sees at most its block_size last tokens (s
 """
 
 import argparse
+import collections
 import inspect
 import math
 import os
@@ -28,9 +29,8 @@ import sys
 if __name__ == "__main__":                                   # Ctrl-C while torch loads: stop at once, quietly
     signal.signal(signal.SIGINT, signal.SIG_DFL)             # (data.run_main reports it in one line once running)
 
+import data  # noqa: E402  (data first: it loads torch, and a TORCH_* setting torch refuses is one line there)
 import torch  # noqa: E402
-
-import data  # noqa: E402
 import tasks  # noqa: E402, F401  (registers every task)
 from config import (Parser, UsageError, check_device, check_value, load_checkpoint, model_of_checkpoint,  # noqa: E402
                     pick_device)
@@ -41,6 +41,12 @@ WORD_HELP = "PTB is lower case, rare words are <unk> and numbers N"
 # tokens, some 20 minutes there, are more than a sample is read for. A prompt file is read whole (the model sees its
 # last block_size tokens). Below a temperature of 0.001 sampling is greedy but for rounding: --top_k 1 is greedy.
 MAX_NEW_TOKENS, MAX_PROMPT_MB, MIN_TEMPERATURE = 100_000, 10, 1e-3
+# The whole sampling is bounded too, by its operations: for each sample and new token the model's weights once (its
+# parameters), its attention to the tokens it holds (2 x layers x tokens x n_embd), the ids so far (copied at each
+# step) and the step's small operations (sampling, norms: STEP_OPS, what a step of a 1-layer, 16-wide model costs a
+# sample here). The most above, 10 samples of 100,000 tokens from a 4-layer, 128-wide model, is 1.2e12 of them; a
+# GPU is allowed GPU_SPEEDUP times as many.
+MAX_WORK, STEP_OPS, GPU_SPEEDUP = 2e12, 50_000, 100
 
 
 def parse(argv):
@@ -64,7 +70,7 @@ def parse(argv):
 
 def check(args):
     """Everything a sampling needs, checked before it begins: (model, tokenizer, prompt ids, device). A bad flag,
-    prompt, checkpoint or device, or more than MAX_NEW_TOKENS or the device's memory, is one line."""
+    prompt, checkpoint or device, or more than MAX_NEW_TOKENS, MAX_WORK or the device's memory, is one line."""
     for name, value in vars(args).items():                  # config.LIMITS: what each flag allows
         if name != "typed":
             check_value(name, value)
@@ -93,7 +99,7 @@ def check(args):
     if not ({"temperature", "top_k"} <= {p.name for p in takes} or any(p.kind == p.VAR_KEYWORD for p in takes)):
         raise UsageError(f"model {ckpt['model_name']!r} has no generate(idx, max_new_tokens, temperature, top_k), "
                          "which sample.py calls (docs/architecture.md, Add a model)")
-    tok, n = tokenizer_of(ckpt, args.data_dir)
+    tok, n = tokenizer_of(ckpt, args.data_dir, args.ckpt)
     never = [*([0] if tok.padding else []), *range(n, model.config.vocab_size)]   # the padding id 0 of a data
     if never:                                                # vocabulary, and ids no text has (--vocab_size 50304)
         mask = lambda logits: logits.index_fill(-1, torch.tensor(never, device=logits.device),  # noqa: E731
@@ -107,7 +113,22 @@ def check(args):
         raise UsageError("--start is empty: give at least one token of text")
     device = pick_device(args.device)
     check_memory(args, model.config, len(ids), device)
+    check_work(args, model, len(ids), device)
     return model, tok, ids, device
+
+
+def check_work(args, model, prompt, device):
+    """A UsageError if the samples would take hours: their operations (MAX_WORK above) beyond the device's share."""
+    c, tokens = model.config, prompt + args.max_new_tokens
+    weights = sum(p.numel() for p in model.parameters())
+    per_token = (weights + 2 * c.n_layer * min(tokens, c.block_size) * c.n_embd + prompt + args.max_new_tokens / 2
+                 + STEP_OPS)
+    work = args.num_samples * args.max_new_tokens * per_token
+    allowed = MAX_WORK * (GPU_SPEEDUP if device.startswith("cuda") else 1)
+    if work > allowed:
+        raise UsageError(f"--num_samples {args.num_samples:,} x --max_new_tokens {args.max_new_tokens:,} from a model "
+                         f"of {weights:,} weights are about {work:.1e} operations; allowed on {device} are "
+                         f"{allowed:.0e} (some 30 minutes): lower --num_samples or --max_new_tokens")
 
 
 def check_memory(args, c, prompt, device):
@@ -224,14 +245,18 @@ def char_vocabulary(run_args, data_dir, task):
     return Chars(loaded.meta["chars"])
 
 
-def tokenizer_of(ckpt, data_dir=None):
-    """The encoder/decoder of the checkpoint's task, checked against the model's vocabulary."""
+def tokenizer_of(ckpt, data_dir=None, path="the checkpoint"):
+    """The encoder/decoder of the checkpoint's task, checked against the model's vocabulary (path: the checkpoint's
+    file, which a damaged record names)."""
     run_args, vocab_size = ckpt.get("args", {}), ckpt["config"]["vocab_size"]
     task, name, recorded = run_args.get("task"), run_args.get("tokenizer") or "gpt2", ckpt.get("vocabulary")
     if recorded and data_dir is not None:                    # (honoured or refused: nothing is rebuilt here)
         raise UsageError("--data_dir: the checkpoint records its vocabulary (the characters or words its ids stand "
                          "for); leave it out")
     if recorded:                                             # (train.py records them; older checkpoints do not)
+        problem = recorded_problem(recorded, vocab_size)
+        if problem:
+            raise UsageError(f"checkpoint {path} is damaged: {problem}; use the run's other checkpoint or train again")
         tok = Chars(recorded) if isinstance(recorded, str) else Words(recorded, "the checkpoint's training file")
         n = len(recorded) + 1
     elif task == "ptb" and name != "char":
@@ -251,6 +276,21 @@ def tokenizer_of(ckpt, data_dir=None):
         raise UsageError(f"the {task} vocabulary rebuilt here has {n:,} ids but the checkpoint's model has "
                          f"{vocab_size:,}: the data changed since training (or pass --data_dir, the run's data)")
     return tok, n
+
+
+def recorded_problem(recorded, vocab_size):
+    """What is wrong with the characters or words a checkpoint records, or None. train.py records each character of
+    the text (each word of the training file) once, sorted, id i for the i-th: ids 1 to len, within the model's."""
+    what = "characters" if isinstance(recorded, str) else "words"
+    twice = next((v for v, count in collections.Counter(recorded).items() if count > 1), None)
+    if twice is not None:
+        return f"its recorded {what} hold {twice!r} twice (a run records each once)"
+    if list(recorded) != sorted(recorded):
+        return f"its recorded {what} are out of order (a run records them sorted)"
+    if len(recorded) + 1 > vocab_size:
+        return (f"it records {len(recorded):,} {what} (ids 1 to {len(recorded):,}) but its model has "
+                f"{vocab_size:,} ids")
+    return None
 
 
 # ----------------------------------------------------------------------------------------------

@@ -387,9 +387,9 @@ def test_activation_factor_against_a_double_loop():
                       if i != j and (m is None or (m[b, i] and m[b, j])) and not torch.equal(X0[b, i], X0[b, j])]
             assert got[b].item() == pytest.approx(sum(ratios).item() / len(ratios), rel=1e-12), (b, m)
     assert got.dtype == F64 and got.shape == (2,)
-    lone = torch.tensor([[1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0]], dtype=torch.bool)   # one real token: no pair
-    got = analyze.activation_factor(X0, Xl, lone)
-    assert got[0].item() == 0.0 and got[1].item() == pytest.approx(
+    lone = torch.tensor([[1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0]], dtype=torch.bool)   # one real token: no pair,
+    got = analyze.activation_factor(X0, Xl, lone)                                      # no factor (not 0)
+    assert math.isnan(got[0].item()) and got[1].item() == pytest.approx(
         ((Xl[1, 0] - Xl[1, 1]).norm() / (X0[1, 0] - X0[1, 1]).norm()).item(), rel=1e-12)
 
 
@@ -766,3 +766,38 @@ def test_a_damaged_vocabulary_or_null_tokenizer_is_no_traceback(tmp_path, monkey
 def test_cluster_refuses_a_degree_twice(tmp_path):
     with pytest.raises(analyze.UsageError, match=r"^--degrees 2,2 with --T 10: allowed are at most 8 different"):
         analyze.main(["cluster", "--degrees", "2,2", "--out", str(tmp_path)])
+
+
+@pytest.mark.parametrize("command", list(analyze.SUBCOMMANDS))
+@pytest.mark.parametrize("kind, other", [("json", "png"), ("png", "json")])
+def test_an_output_file_that_cannot_be_written_is_refused_before_any_work(tmp_path, command, kind, other):
+    """OUT/COMMAND.json and OUT/COMMAND.png, each a folder here: refused in one line before the analysis, the other
+    file never written (not a figure left beside a missing JSON)."""
+    ckpt = tiny_checkpoint(tmp_path / "gpt.pt")
+    given = {"attnstd": ["--run", str(tmp_path / "r")], "curves": [str(tmp_path / "r")], "cluster": []}
+    (tmp_path / "out" / f"{command}.{kind}").mkdir(parents=True)
+    with pytest.raises(analyze.UsageError) as e:
+        analyze.main([command, *given.get(command, ["--ckpt", ckpt]), "--out", str(tmp_path / "out")])
+    assert str(e.value) == (f"--out {tmp_path / 'out'}: {tmp_path / 'out' / f'{command}.{kind}'} is there and is no "
+                            "file this command can write over (a folder?); move it away or choose another --out")
+    assert not (tmp_path / "out" / f"{command}.{other}").exists()
+
+
+def test_activation_refuses_sequences_of_one_token(tmp_path):
+    """The activation factor is a mean over pairs of tokens: --max_len 1 has none (it was reported as 0, and
+    layer 0's, the input against itself, is 1): refused in one line before any work."""
+    with pytest.raises(analyze.UsageError, match=r"^--max_len 1: the activation factor compares two tokens of a "
+                       r"sequence; allowed is at least 2$"):
+        analyze.main(["activation", "--ckpt", tiny_checkpoint(tmp_path / "a.pt"), "--max_len", "1",
+                      "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["activation", "experts"])
+def test_a_checkpoint_given_twice_is_refused(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    path = tiny_checkpoint(tmp_path / "a.pt")
+    with pytest.raises(analyze.UsageError, match=rf"^{command}: the checkpoint \./a\.pt is given twice \(--ckpt once "
+                       r"is its column\)$"):
+        analyze.main([command, "--ckpt", path, "--ckpt", "./a.pt", "--out", "out"])
+    assert not (tmp_path / "out").exists()

@@ -151,3 +151,27 @@ def test_attnstd_refuses_an_accuracy_outside_0_to_1(tmp_path):
         analyze.main(["attnstd", "--run", str(run), "--out", str(tmp_path / "a")])
     (run / "metrics.json").write_text('{"test_acc": 0.25}')
     assert analyze.read_attention_std(str(run))[1] == "r (test acc 25.0%)"
+
+
+def test_attnstd_refuses_a_negative_std_naming_the_line_and_a_run_given_twice(tmp_path, monkeypatch):
+    """A standard deviation is >= 0: a record with a negative one (drawn on a log axis, written to attnstd.json) is
+    a damaged log, one line naming the file and its line; a run named twice is refused, not drawn twice."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "r").mkdir()
+    records = [{"step": 0, "score_std": [1.0, 0.0], "attn_std": [2.0, 0.5]}, {"step": 1, "loss": 2.0},
+               {"step": 2, "score_std": [1.0, -0.1], "attn_std": [2.0, 0.5]}]
+    (tmp_path / "r" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(data.DataError) as e:
+        analyze.main(["attnstd", "--run", "r", "--out", "out"])
+    assert str(e.value).startswith(f"{os.path.join('r', 'log.jsonl')}, line 3: the attention std of step 2 is damaged "
+                                   "(score_std and attn_std hold one number >= 0 a block")
+    assert not (tmp_path / "out").exists()
+    records[2]["score_std"][1] = 0.1
+    (tmp_path / "r" / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with pytest.raises(analyze.UsageError, match=r"^attnstd: the run \./r/ is given twice \(once is its row of "
+                       r"panels\)$"):
+        analyze.main(["attnstd", "--run", "r", "--run", "./r/", "--out", "out"])
+    assert not (tmp_path / "out").exists()
+    analyze.main(["attnstd", "--run", "r", "--out", "out"])   # one std of 0 (a block whose weights are equal): drawn
+    assert json.loads((tmp_path / "out" / "attnstd.json").read_text())["runs"][0]["score_std"] == [[1.0, 1.0],
+                                                                                                  [0.0, 0.1]]

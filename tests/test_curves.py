@@ -225,3 +225,25 @@ def test_rows_are_the_seeds_of_one_folder_and_a_run_counts_once(tmp_path, monkey
     assert [(r["label"], r["runs"]) for r in rows] == [("gpt", 1)]
     with pytest.raises(analyze.UsageError, match=r"^curves: the run a/gpt-s0/ is given twice"):
         analyze.main(["curves", "a/gpt-s0", "a/gpt-s0/", "--out", "an"])
+
+
+def test_an_accuracy_outside_0_to_1_is_a_damaged_record_named_by_its_line(tmp_path, monkeypatch):
+    """train.py writes accuracies as fractions: a val_acc of 1.5 (150% drawn) or an acc below 0 is a damaged log,
+    refused by analyze.py curves in one line naming the file and the line (counted from 1, blank lines too)."""
+    monkeypatch.chdir(tmp_path)
+    good = classifier_log({10: (2.0, 0.5), 20: (1.5, 1.0)}, n_steps=20)     # 1.0: every answer right, allowed
+    assert curves.read_log(write_log(tmp_path / "good", good))["damaged"] == []
+    for name, key, value, line in (("val", "val_acc", 1.5, 22), ("acc", "acc", -0.25, 3),
+                                   ("example", "val_acc_example", 1.01, 11), ("text", "val_acc", "0.5", 11)):
+        records = [dict(r) for r in good]
+        records[line - 1][key] = value                       # (records 11 and 22: the evaluations at 10 and 20)
+        path = write_log(tmp_path / name, records)
+        assert curves.read_log(path)["damaged"] == [(line, records[line - 1]["step"])]
+        with pytest.raises(analyze.UsageError) as e:
+            analyze.main(["curves", name, "--out", "an"])
+        assert str(e.value) == (f"{name}: {os.path.join(name, 'log.jsonl')} has a damaged record (step "
+                                f"{records[line - 1]['step']}) at line {line}: a loss that is no number or an accuracy "
+                                "not 0 to 1 (a folder of python train.py ...)")
+    assert not (tmp_path / "an").exists()
+    path = write_log(tmp_path / "blank", [], tail="\n" + json.dumps({"step": 1, "loss": "x"}) + "\n")
+    assert curves.read_log(path)["damaged"] == [(2, 1)]

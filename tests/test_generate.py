@@ -524,6 +524,64 @@ def test_a_ptb_run_records_its_words_and_refuses_a_training_file_that_lost_one(p
         in str(e.value)
 
 
+def char_checkpoint(path, vocabulary, vocab_size=6):
+    """A tiny char language model's checkpoint that records `vocabulary` (train.py: the text's characters, sorted)."""
+    model = st.Model(st.Config(vocab_size=vocab_size, block_size=8, n_layer=1, n_head=2, n_embd=8, head="lm"))
+    torch.save({"model_name": "simpletron", "config": vars(model.config), "model": model.state_dict(),
+                "args": {"task": "textfile", "tokenizer": "char", "data_dir": "t.txt", "cache_dir": "data"},
+                "vocabulary": vocabulary}, path)
+    return str(path)
+
+
+def test_sample_py_refuses_a_damaged_record_of_the_vocabulary_naming_the_checkpoint(ptb_ckpt, tmp_path):
+    """train.py records each character (each word) once, sorted, ids 1 to n within the model's: a record that
+    breaks this is a damaged checkpoint, said in one line naming it, and nothing is sampled (not advice to pass
+    --data_dir, which a recorded vocabulary refuses)."""
+    assert run_sample("--ckpt", char_checkpoint(tmp_path / "ok.pt", "\n abe"), "--start", "ab", "--num_samples", 1,
+                      "--max_new_tokens", 3, "--device", "cpu")[0].shape == (1, 5)   # 5 characters, ids 1-5 of 6
+    cases = {"twice.pt": ("\n abb", "its recorded characters hold 'b' twice"),
+             "order.pt": ("\n bae", "its recorded characters are out of order"),
+             "more.pt": ("\n abcdefg", "it records 9 characters (ids 1 to 9) but its model has 6 ids")}
+    for name, (chars, what) in cases.items():
+        with pytest.raises(config.UsageError) as e:
+            run_sample("--ckpt", char_checkpoint(tmp_path / name, chars), "--start", "ab", "--device", "cpu")
+        assert str(e.value).startswith(f"checkpoint {tmp_path / name} is damaged: {what}") and "\n" not in str(e.value)
+    words = torch.load(ptb_ckpt[0], weights_only=True)
+    torch.save({**words, "vocabulary": [*words["vocabulary"], words["vocabulary"][-1]]}, tmp_path / "w.pt")
+    with pytest.raises(config.UsageError, match=f"is damaged: its recorded words hold {words['vocabulary'][-1]!r} "
+                       "twice"):
+        run_sample("--ckpt", tmp_path / "w.pt", "--start", "the", "--device", "cpu")
+
+
+def test_sample_py_bounds_the_whole_work_before_it_starts(ptb_ckpt, monkeypatch):
+    """--num_samples x --max_new_tokens x the model's operations a token: per sample and token its weights, its
+    attention (2 x layers x held tokens x n_embd), the ids so far (half the new ones on average) and STEP_OPS;
+    above MAX_WORK (a GPU: 100 times it) refused in one line before any sampling."""
+    class Standin(torch.nn.Module):                          # 1,000 weights, 1 layer of width 2, block_size 4
+        config = type("C", (), dict(n_layer=1, n_embd=2, block_size=4))
+
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(1000))
+    args = type("A", (), dict(num_samples=10, max_new_tokens=100))
+    work = 10 * 100 * (1000 + 2 * 1 * 4 * 2 + 3 + 50 + 50_000)            # prompt 3, 103 tokens: 4 held
+    assert work == 51_069_000
+    for limit, device, refused in ((work, "cpu", False), (work - 1, "cpu", True), (work / 100, "cuda", False),
+                                   (work / 100 - 1, "cuda:0", True)):
+        monkeypatch.setattr(sample, "MAX_WORK", limit)
+        if not refused:
+            sample.check_work(args, Standin(), 3, device)
+            continue
+        with pytest.raises(config.UsageError, match=r"^--num_samples 10 x --max_new_tokens 100 from a model of 1,000 "
+                           r"weights are about 5\.1e\+07 operations; .* lower --num_samples or --max_new_tokens$"):
+            sample.check_work(args, Standin(), 3, device)
+    monkeypatch.undo()
+    monkeypatch.setattr(st.Model, "generate", lambda *a, **k: pytest.fail("sampling started"))
+    with pytest.raises(config.UsageError, match="^--num_samples 1,000 x --max_new_tokens 100,000 from a model of"):
+        run_sample("--ckpt", ptb_ckpt[0], "--start", "the", "--num_samples", 1000, "--max_new_tokens", 100_000,
+                   "--device", "cpu")
+
+
 # ----------------------------------------------------------------------------------------------
 # bench.py --generate (records, not times: no test is timed)
 
