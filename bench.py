@@ -38,14 +38,14 @@ import time
 import types
 
 import numpy as np
-import torch
 
 os.environ["MPLBACKEND"] = "Agg"                            # files only (an unknown backend would stop the import)
 import matplotlib  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 
-import data    # noqa: E402
+import data  # noqa: E402  (data first: it loads torch, and a TORCH_* setting torch refuses is one line there)
+import torch  # noqa: E402
 import train   # noqa: E402
 from curves import log_ticks  # noqa: E402
 from measure import (count_flops, crossover, interleaved_rounds, matmul_rate, matmul_size, md_table,  # noqa: E402

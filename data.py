@@ -71,7 +71,13 @@ import zlib
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
+
+try:                                          # every program loads torch here first (it imports data before torch)
+    import torch
+except ValueError as e:                       # torch refuses a setting of its own: TORCH_LOGS=recompile, a typo
+    print(f"error: torch will not start: {' '.join(str(e).split('Valid settings')[0].split())}; fix or unset that "
+          "environment variable", file=sys.stderr)
+    sys.exit(2)
 
 
 class DataError(Exception):
@@ -520,8 +526,16 @@ def run_main(main, *errors):
 
 def run_program(argv, cwd=None):
     """Run another of the project's programs (python FILE ...) to its end. Its failure, which it has said on stderr
-    in one line, is a DataError naming it: the caller stops in one line too, not with a traceback."""
-    code = subprocess.run([sys.executable, *argv], cwd=cwd).returncode
+    in one line, is a DataError naming it: the caller stops in one line too, not with a traceback. Ctrl-C or SIGTERM
+    here is passed on to it (in a session of its own, it gets the signal once) and waited for: it stops as it would
+    alone (its pool's workers, its temporary files), then the caller stops."""
+    with subprocess.Popen([sys.executable, *argv], cwd=cwd, start_new_session=True) as process:
+        try:
+            code = process.wait()
+        except (KeyboardInterrupt, Terminated) as e:
+            process.send_signal(signal.SIGINT if isinstance(e, KeyboardInterrupt) else signal.SIGTERM)
+            process.wait()
+            raise
     if code:
         raise DataError(f"{os.path.basename(argv[0])} stopped (exit status {code}); the line above says why")
 

@@ -38,10 +38,11 @@ if __name__ == "__main__":                                   # Ctrl-C while torc
     signal.signal(signal.SIGINT, signal.SIG_DFL)             # (data.run_main reports it in one line once running)
 
 import numpy as np  # noqa: E402
+
+import data  # noqa: E402  (data first: it loads torch, and a TORCH_* setting torch refuses is one line there)
 import torch  # noqa: E402
 
 import config  # noqa: E402
-import data  # noqa: E402
 import runsetup  # noqa: E402
 import train  # noqa: E402
 import tasks.listops  # noqa: E402

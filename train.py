@@ -31,7 +31,6 @@ import threading
 import time
 
 import numpy as np
-import torch
 
 
 def env_number(name):
@@ -46,7 +45,8 @@ if env_number("RANK"):                                      # torchrun: progress
 os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
 from tqdm import tqdm  # noqa: E402
 
-import data  # noqa: E402
+import data  # noqa: E402  (data first: it loads torch, and a TORCH_* setting torch refuses is one line there)
+import torch  # noqa: E402
 import rundir  # noqa: E402
 import simpletron  # noqa: E402
 from config import TASK_FLAGS, UsageError, load_checkpoint, machine, unused_fields  # noqa: E402

@@ -162,7 +162,7 @@ def get_tokenizer(name, task_name):
         t.join()
     if got and not isinstance(got[0], Exception):
         return got[0]
-    why = (f"it is not cached here and there is no network" if not reachable(TIKTOKEN_URL)
+    why = ("it is not cached here and there is no network" if not reachable(TIKTOKEN_URL)
            else one_line(got[0], 200) if got else "the download does not finish")
     raise DataError(f"{task_name}: cannot load the {name} tokenizer ({why}; tiktoken downloads it once from "
                     f"{TIKTOKEN_URL} into TIKTOKEN_CACHE_DIR); use --tokenizer byte to work offline")

@@ -822,3 +822,27 @@ def test_finite_is_a_json_number_a_float_can_hold():
     assert all(data.finite(v) for v in (0, -3, 1.5, 10**308, -1.7976931348623157e308))
     assert not any(data.finite(v) for v in (True, None, "1", [1], float("nan"), float("inf"), -float("inf"), 10**309,
                                             -10**400))
+
+
+def test_sigterm_while_a_second_program_runs_is_passed_on_and_waited_for(tmp_path):
+    """data.run_program (experiments.py's held-out generators): SIGTERM to the caller reaches the program it runs,
+    which stops as it would alone (its `finally` runs: a pool's workers, its temporary files), then the caller ends
+    with 143; was: the program SIGKILLed, its pool's workers orphaned (resource_tracker's warning, a temporary folder
+    left)."""
+    import signal
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    child, outer = tmp_path / "child.py", tmp_path / "outer.py"
+    child.write_text(f"import sys, time\nsys.path.insert(0, {root!r})\nimport data\n\ndef main():\n    try:\n"
+                     f"        open({str(tmp_path / 'started')!r}, 'w').close()\n        time.sleep(60)\n    finally:\n"
+                     f"        open({str(tmp_path / 'cleaned')!r}, 'w').close()\n\ndata.run_main(main)\n")
+    outer.write_text(f"import sys\nsys.path.insert(0, {root!r})\nimport data\n"
+                     f"data.run_main(lambda: data.run_program([{str(child)!r}]))\n")
+    p = subprocess.Popen([sys.executable, str(outer)], stderr=subprocess.PIPE, text=True)
+    for _ in range(600):
+        if (tmp_path / "started").exists():
+            break
+        time.sleep(0.1)
+    p.send_signal(signal.SIGTERM)
+    err = p.communicate(timeout=60)[1]
+    assert p.returncode == 143 and "Traceback" not in err, err
+    assert (tmp_path / "cleaned").exists()                   # the program stopped as it would alone

@@ -940,6 +940,17 @@ def test_an_unknown_matplotlib_backend_in_the_environment_stops_no_program(tmp_p
     assert out.returncode == 0 and out.stdout.strip().lower() == "agg", out.stderr
 
 
+@pytest.mark.parametrize("argv", [["train.py"], ["sample.py"], ["analyze.py"], ["bench.py"], ["experiments.py"],
+                                  ["-m", "tasks.listops"], ["experiments/heldout_recall.py"]])
+def test_a_torch_setting_torch_refuses_is_one_line_from_every_program(argv):
+    """TORCH_LOGS=recompile (a typo of recompiles) stopped `import torch` with a traceback and the list of every log
+    name; each program imports data first, whose import of torch says it in one line, exit 2."""
+    out = command(*argv, "--help", env={**os.environ, "TORCH_LOGS": "recompile"})
+    assert out.returncode == 2 and "Traceback" not in out.stderr and out.stdout == "", out.stderr
+    assert out.stderr.startswith("error: torch will not start: Invalid log settings: recompile,")
+    assert out.stderr.endswith('try TORCH_LOGS="help"; fix or unset that environment variable\n')
+
+
 @pytest.mark.parametrize("program", ["experiments.py", "train.py"])
 def test_a_reader_of_stdout_gone_ends_the_program_as_sigpipe_would_quietly(program, tmp_path):
     """(`... | head -1`: exit 1, or for train.py 2 with "error: a file: Broken pipe"; now as Unix tools end.)"""
