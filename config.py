@@ -640,12 +640,36 @@ def check_config(model_name, config_dict, values=True):
         raise UsageError(f"bad model settings: {e}") from None
 
 
+class SkipInit(torch.overrides.TorchFunctionMode):
+    """torch.nn.init's functions skipped: a model built on the meta device has its shapes alone, and an init that
+    reads a value (DiffEqFormer's) or draws on meta (torch loads its compiler for that: seconds) is not run."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "__module__", None) == "torch.nn.init":
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **(kwargs or {}))
+
+
+def count_weights(model_name, config_dict):
+    """The model's number of weights, counted on the meta device (no memory); math.inf for a size past what torch
+    can hold, 0 where it cannot be built there."""
+    try:
+        with torch.device("meta"), SkipInit():
+            return sum(p.numel() for p in build_model(model_name, config_dict).parameters())
+    except (ValueError, OverflowError, MemoryError, TypeError):   # (TypeError: torch's, a size past int64)
+        return math.inf
+    except RuntimeError as e:                                # a size that overflows (n_embd 2**62), or another
+        return math.inf if "overflow" in str(e) else 0      # that meta cannot build
+    except UsageError:
+        return 0
+
+
 def check_size(args, model_name, config):
     """Before any data is read: a run that cannot fit in this machine's memory, or asks for an absurd step, refused
     in one line. The memory is a lower bound: the weights (with their gradients and Adam's two moments when
-    training all of them), counted on the meta device at one and two layers and extrapolated (where the model can
-    be built there), and one float per position, width and layer (evaluating: per position and width) of the
-    batch."""
+    training all of them), counted on the meta device at one and two layers and extrapolated (every width counts:
+    --mlp_ratio, --n_experts, --time_dim ...), and one float per position, width and layer (evaluating: per position
+    and width) of the batch."""
     config = dataclasses.asdict(check_config(model_name, config, values=False))
     if args.steps is not None and "discrete" in config:      # --steps N: the ODE made N blocks of their own
         config = {**config, "n_layer": args.steps, "discrete": True}
@@ -660,21 +684,20 @@ def check_size(args, model_name, config):
     kind = torch.device(args.device).type
     have = (torch.cuda.get_device_properties(args.device).total_memory if kind == "cuda"
             else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    if 4 * (4 * L * d * d + args.batch_size * T * d * L) * 20 < have:
-        return                                               # far from it (a layer has ~12 d^2 weights): no count
-    try:
-        with torch.device("meta"):
-            p1, p2 = (sum(p.numel() for p in build_model(model_name, {**config, "n_layer": n}).parameters())
-                      for n in (1, 2))
-    except (RuntimeError, UsageError):                       # (an init that reads a value: DiffEqFormer's)
-        p1 = p2 = 0
-    floats = (p1 + (L - 1) * (p2 - p1)) * (1 if args.eval_only or args.lora_rank else 4) + args.batch_size * T * d * (
+    p1, p2 = (count_weights(model_name, {**config, "n_layer": n}) for n in (1, 2))
+    weights = p1 + (L - 1) * (p2 - p1) if max(p1, p2) < math.inf else math.inf
+    floats = weights * (1 if args.eval_only or args.lora_rank else 4) + args.batch_size * T * d * (
         1 if args.eval_only else L)
     if 4 * floats > have:
-        raise UsageError(f"--batch_size {args.batch_size} --block_size {T} --n_layer {L} --n_embd {d}: the "
-                         f"{'evaluation' if args.eval_only else 'training'} needs at least {4 * floats / 2**30:.3g} "
-                         f"GiB, more than the {have / 2**30:.3g} GiB of this {kind}; lower them (--grad_accum makes "
-                         "a large batch of small ones)")
+        defaults = {f.name: f.default for f in dataclasses.fields(model_module(model_name).Config)}
+        widths = "".join(f" --{k} {config[k]}" for k in ("mlp_ratio", "mlp_hidden", "n_experts", "time_dim")
+                         if k in config and config[k] > defaults.get(k, 0))   # (its other widths, if above theirs)
+        sizes = f"--batch_size {args.batch_size} --block_size {T} --n_layer {L} --n_embd {d}{widths}"
+        if floats == math.inf:
+            raise UsageError(f"{sizes}: the model has more weights than torch can count; lower them")
+        raise UsageError(f"{sizes}: the {'evaluation' if args.eval_only else 'training'} needs at least "
+                         f"{4 * floats / 2**30:.3g} GiB, more than the {have / 2**30:.3g} GiB of this {kind}; lower "
+                         "them (--grad_accum makes a large batch of small ones)")
 
 
 def build_model(model_name, config_dict):
@@ -741,6 +764,14 @@ def args_problem(a):
     fits = {int: lambda v: type(v) is int, float: lambda v: type(v) in (int, float), bool: lambda v: type(v) is bool}
     if k := next((k for k, v in a.items() if v is not None and not fits.get(kinds.get(k), lambda v: True)(v)), None):
         return f"setting {k} is {data.one_line(repr(a[k]), 40)}, not the {kinds[k].__name__} train.py writes"
+    for k, v in a.items():                                   # each within its range, as train.py checked it
+        if k not in kinds:
+            continue
+        try:
+            check_value(k, v)
+        except UsageError:
+            return (f"setting {k} is {data.one_line(repr(v), 40)}, where train.py allows "
+                    f"{LIMITS.get(k, (None, 'a finite number'))[1]}: changed since, or written by another version")
     return None
 
 

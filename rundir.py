@@ -2,7 +2,8 @@
 The run folder, --out_dir: one train.py at a time (its lock), the run it holds (continued by --resume, replaced
 by --overwrite), and every file train.py writes there, each whole or not at all:
 
-    lock          the process id of the train.py using the folder (rank 0's under torchrun); removed at its exit
+    lock          the process id and start time of the train.py using the folder (rank 0's under torchrun); removed
+                  at its exit
     ckpt.pt       the last checkpoint: all that --resume needs (weights, optimiser, step, flags, clock, best step)
     best.pt       the weights of the best in-training evaluation, for --init_from and sample.py (no optimiser)
     log.jsonl     one record per step, evaluation and resumption (appended)
@@ -26,6 +27,7 @@ import data
 from config import FLAGS, UsageError
 
 LOCK_GRACE = 10          # seconds: a lock file still without its process id is one being taken right now
+TRAINERS = ("train.py", "experiments.py", "bench.py", "transject.py", "diffeqformer.py")   # train.main's callers
 FILES = ("lock", "ckpt.pt", "best.pt", "log.jsonl", "loss.png", "metrics.json")      # what train.py writes here
 
 
@@ -51,27 +53,49 @@ def checkpoint_step(path):
         return None
 
 
-def python_process(pid):
-    """False for a live process that is no Python interpreter, so no train.py (a lock's id taken again by another
-    program after a reboot); True where it cannot be told (no /proc)."""
+def start_time(pid):
+    """When the process started, in clock ticks after boot (field 22 of /proc/PID/stat): with its id it names one
+    process, where an id alone is taken again by later programs. None where it cannot be read (no /proc: Windows,
+    macOS)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+        return int(stat[stat.rindex(")") + 2:].split()[19])    # the fields after "(name)", itself any text: 3 on
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def runs_train_py(pid):
+    """False for a live process that runs no train.py (nor a program that calls train.main): a lock's id taken
+    again after a reboot by another program, Python or not. True where it cannot be told (no /proc)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"python" in f.read().lower()
+            argv = f.read().split(b"\0")
     except OSError:
         return True
+    return any(os.path.basename(a).decode("utf-8", "replace") in TRAINERS for a in argv)
 
 
 def lock_holder(lock):
-    """The process id in the lock file if that process is alive and a Python (0: a lock being taken now), else None."""
+    """The process id in the lock file if that process is alive and the one that wrote it (0: a lock being taken
+    now), else None. The lock's start time, where it has one, tells the very process; an older train.py's lock (an
+    id alone) and a lock read without /proc go by what the process runs."""
     try:
         with open(lock, "rb") as f:                          # (bytes: a lock damaged, or a link to a binary file)
             text = f.read(64).decode("ascii", "replace").strip()
         age = time.time() - os.stat(lock).st_mtime
     except OSError:
         return None
-    if not re.fullmatch("[0-9]+", text):
+    m = re.fullmatch("([0-9]+)(?: ([0-9]+))?", text)
+    if not m:
         return 0 if age < LOCK_GRACE else None
-    return int(text) if data.pid_alive(int(text)) and python_process(int(text)) else None
+    pid = int(m[1])
+    if not data.pid_alive(pid):
+        return None
+    started = start_time(pid)
+    if m[2] is not None and started is not None:             # (a tour or experiments.py: train.main in its process)
+        return pid if started == int(m[2]) else None
+    return pid if runs_train_py(pid) else None
 
 
 class RunDir:
@@ -129,8 +153,9 @@ class RunDir:
                 raise data.DataError(f"cannot write {lock}: {e.strerror or e}") from None
             self.lock = lock
             try:
-                with os.fdopen(fd, "w") as f:
-                    f.write(f"{os.getpid()}\n")
+                with os.fdopen(fd, "w") as f:                    # (no /proc: the id alone)
+                    started = start_time(os.getpid())
+                    f.write(f"{os.getpid()}\n" if started is None else f"{os.getpid()} {started}\n")
             except OSError as e:
                 self.release()
                 raise data.DataError(f"cannot write {lock}: {e.strerror or e}") from None

@@ -317,7 +317,7 @@ def test_a_second_train_py_on_the_same_folder_stops_at_once_and_a_dead_ones_lock
         deadline = time.time() + 120
         while not (out / "ckpt.pt").exists() and first.poll() is None and time.time() < deadline:
             time.sleep(0.2)
-        assert (out / "lock").read_text().strip() == str(first.pid)
+        assert (out / "lock").read_text().split() == [str(first.pid), str(proc_start(first.pid))]
         t0 = time.time()
         second = train_py("--data_dir", lra, *TINY, "--max_iters", "2", "--out_dir", out, cwd=tmp_path)
         seconds = time.time() - t0
@@ -333,6 +333,50 @@ def test_a_second_train_py_on_the_same_folder_stops_at_once_and_a_dead_ones_lock
     step = torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)["iter"]
     m = run("--resume", "--out_dir", out, "--max_iters", step + 2)       # the dead process's lock: taken
     assert m["iters"] == step + 2 and leftovers(out) == []
+
+
+def proc_start(pid):
+    """Field 22 of /proc/PID/stat (the start time, in clock ticks after boot), read by hand: the fields after the
+    last ')', which closes the program's name."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[19])
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs Linux's /proc")
+def test_a_lock_names_its_process_by_id_and_start_time_and_an_old_lock_by_what_runs(tmp_path, monkeypatch):
+    """A process id alone is taken again by other programs (after a reboot): a lock written with the start time is
+    its writer's alone (a tour's train.main, in a Python that runs no train.py, too); another start time is stale.
+    An older train.py's lock (an id alone) is held while the process runs train.py, and stale if it runs another
+    Python program. Without /proc (Windows, macOS) a live process holds the lock, as before."""
+    lock = tmp_path / "lock"
+    me = os.getpid()
+    (tmp_path / "train.py").write_text("import time\ntime.sleep(120)\n")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    trainer = subprocess.Popen([sys.executable, str(tmp_path / "train.py")])
+    try:
+        for text, holder in ((f"{me} {proc_start(me)}\n", me), (f"{me} {proc_start(me) + 1}\n", None),
+                             (f"{other.pid}\n", None), (f"{other.pid} {proc_start(other.pid)}\n", other.pid),
+                             (f"{trainer.pid}\n", trainer.pid), (f"{trainer.pid} 1\n", None), (f"{me}\n", None)):
+            lock.write_text(text)
+            assert rundir.lock_holder(lock) == holder, text
+    finally:
+        for p in (other, trainer):
+            p.kill()
+            p.wait()
+
+    def no_proc(path, *a, **k):
+        if str(path).startswith("/proc/"):
+            raise FileNotFoundError(path)
+        return open(path, *a, **k)
+
+    monkeypatch.setattr(rundir, "open", no_proc, raising=False)          # (rundir's open alone)
+    for text in (f"{me}\n", f"{me} 12345\n"):             # no /proc: a live process is counted
+        lock.write_text(text)
+        assert rundir.lock_holder(lock) == me
+    (tmp_path / "o").mkdir()
+    folder = rundir.RunDir(type("Args", (), dict(out_dir=str(tmp_path / "o"), resume=False, overwrite=False)), True)
+    assert (tmp_path / "o" / "lock").read_text() == f"{me}\n"            # the id alone where there is no /proc
+    folder.release()
 
 
 def test_a_lock_being_taken_right_now_is_respected(tmp_path, monkeypatch):
@@ -580,6 +624,40 @@ def test_a_cache_dir_that_is_a_file_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(train.UsageError) as e:
         run("--cache_dir", tmp_path / "afile", "--out_dir", tmp_path / "o")
     one_line(e, f"--cache_dir {tmp_path / 'afile'}: {tmp_path / 'afile'} is a file, not a folder")
+
+
+@pytest.mark.parametrize("model, widths", [("softmax", dict(mlp_ratio=1000)), ("simpletron", dict(mlp_hidden=16000)),
+                                           ("transject", dict(n_experts=400)), ("diffeqformer", dict(time_dim=60))])
+def test_the_memory_bound_counts_every_width_of_the_model(monkeypatch, model, widths):
+    """An MLP, experts or W(t)'s rows many times wider than n_embd: the weights, counted on a real model of 3 layers
+    (the slow, obvious count), make the bound 4 x (4 x weights + B x T x d x L) bytes, however small n_embd is."""
+    shape = dict(config.MODELS[model][1], n_layer=3, n_embd=16, n_head=2, block_size=60, vocab_size=40, head="lm",
+                 **widths)
+    weights = sum(p.numel() for p in config.build_model(model, shape).parameters())
+    B, T, d, L = 5, 60, 16, 3
+    need = 4 * (4 * weights + B * T * d * L)
+    args = type("Args", (), dict(batch_size=B, grad_accum=7, eval_only=False, device="cpu", steps=None, lora_rank=0))
+    for have, refused in ((need, False), (need - 1, True)):
+        monkeypatch.setattr(os, "sysconf", lambda name, have=have: 1 if name == "SC_PAGE_SIZE" else have)
+        if refused:
+            with pytest.raises(config.UsageError) as e:
+                config.check_size(args, model, shape)
+            (flag, value), = widths.items()
+            one_line(e, f"--n_embd 16 --{flag} {value}: the training needs at least")
+        else:
+            config.check_size(args, model, shape)
+
+
+def test_an_mlp_a_terabyte_wide_is_refused_before_any_data(tmp_path, monkeypatch):
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises(train.UsageError) as e:
+        run("--model", "softmax", *TINY, "--mlp_ratio", str(10**9), "--out_dir", tmp_path / "o", "--cache_dir",
+            tmp_path / "c")
+    one_line(e, "--n_embd 16 --mlp_ratio 1000000000: the training needs at least ", "GiB of this cpu")
+    assert not (tmp_path / "o").exists() and not (tmp_path / "c").exists()
+    with pytest.raises(train.UsageError) as e:                # past what a tensor's size can hold
+        run("--model", "softmax", *TINY, "--mlp_ratio", str(2**62), "--out_dir", tmp_path / "o")
+    one_line(e, f"--mlp_ratio {2**62}: the model has more weights than torch can count; lower them")
 
 
 # ----------------------------------------------------------------------------------------------

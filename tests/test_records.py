@@ -158,22 +158,46 @@ def test_python_m_tasks_without_a_module_of_tasks_is_one_line(module):
 
 
 def test_a_lock_whose_process_id_another_program_took_is_stale(char_run, tmp_path):
-    """A run's lock naming a live process that is no Python (its id reused after a reboot) is taken and the run
-    resumed; one naming a live Python process (this one) is in use."""
+    """A run's lock naming a live process that is no train.py (its id reused after a reboot: a program, or another
+    Python's) is taken and the run resumed; one naming this process with its start time (train.main here) is in
+    use."""
     root, _ = char_run
     run = tmp_path / "run"
     run.mkdir()
     for f in ("ckpt.pt", "best.pt", "log.jsonl"):
         (run / f).write_bytes((root / "run" / f).read_bytes())
-    with subprocess.Popen(["sleep", "60"]) as other:
-        try:
-            (run / "lock").write_text(f"{other.pid}\n")
-            assert train.main(["--resume", "--out_dir", str(run), "--max_iters", "3"])["iters"] == 3
-        finally:
-            other.kill()
-    (run / "lock").write_text(f"{os.getpid()}\n")
+    for program, steps in ((["sleep", "60"], 3), ([sys.executable, "-c", "import time; time.sleep(60)"], 4)):
+        with subprocess.Popen(program) as other:
+            try:
+                (run / "lock").write_text(f"{other.pid}\n")
+                assert train.main(["--resume", "--out_dir", str(run), "--max_iters", str(steps)])["iters"] == steps
+            finally:
+                other.kill()
+    if not os.path.exists("/proc/self/stat"):
+        return
+    with open("/proc/self/stat") as f:                       # field 22, the start time: after the name's ')'
+        started = f.read().rpartition(")")[2].split()[19]
+    (run / "lock").write_text(f"{os.getpid()} {started}\n")
     with pytest.raises(config.UsageError, match=f"is in use by another train.py \\(process {os.getpid()}\\)"):
-        train.main(["--resume", "--out_dir", str(run), "--max_iters", "4"])
+        train.main(["--resume", "--out_dir", str(run), "--max_iters", "5"])
+
+
+@pytest.mark.parametrize("key, value, allowed", [("lr", -1.0, "a number >= 0"),
+                                                 ("beta2", 1.0, "a number from 0 to 1 (1 excluded)"),
+                                                 ("eval_interval", 0, "an integer >= 1")])
+def test_a_recorded_setting_out_of_its_range_is_the_checkpoints_not_a_flag(char_run, tmp_path, key, value, allowed):
+    """--resume typed no --lr: a checkpoint whose lr is -1.0 is damaged (or of another version), and the line says
+    so, naming ckpt.pt, not '--lr -1.0' as if the user gave it; nothing is written."""
+    root, _ = char_run
+    ckpt = torch.load(root / "run" / "ckpt.pt", weights_only=True)
+    (tmp_path / "r").mkdir()
+    torch.save({**ckpt, "args": {**ckpt["args"], key: value}}, tmp_path / "r" / "ckpt.pt")
+    before = (tmp_path / "r" / "ckpt.pt").read_bytes()
+    with pytest.raises(config.UsageError) as e:
+        train.main(["--resume", "--out_dir", str(tmp_path / "r"), "--max_iters", "4"])
+    assert str(e.value) == (f"{tmp_path / 'r' / 'ckpt.pt'} is damaged: its setting {key} is {value!r}, where "
+                            f"train.py allows {allowed}: changed since, or written by another version")
+    assert sorted(os.listdir(tmp_path / "r")) == ["ckpt.pt"] and (tmp_path / "r" / "ckpt.pt").read_bytes() == before
 
 
 def test_lora_rank_with_eval_only_is_refused(char_run):
