@@ -27,7 +27,8 @@ import data
 from config import FLAGS, UsageError
 
 LOCK_GRACE = 10          # seconds: a lock file still without its process id is one being taken right now
-TRAINERS = ("train.py", "experiments.py", "bench.py", "transject.py", "diffeqformer.py")   # train.main's callers
+# the programs that run train.main in their own process (transject.py, diffeqformer.py: the tours of tours/)
+TRAINERS = ("train.py", "experiments.py", "bench.py", "transject.py", "diffeqformer.py")
 FILES = ("lock", "ckpt.pt", "best.pt", "log.jsonl", "loss.png", "metrics.json")      # what train.py writes here
 
 
