@@ -6,6 +6,7 @@ preset (--preset cpu|paper: PRESETS, per model and task) < the flags given.
 """
 
 import argparse
+import collections
 import dataclasses
 import importlib
 import importlib.util
@@ -750,7 +751,53 @@ def load_checkpoint(path, need=()):
     if v is not None and not fits:
         raise UsageError(f"{path} is damaged: its record of what its ids stand for is not the " + (
             "characters of its --tokenizer char" if char else "list of words of its PTB run"))
+    if v and (problem := recorded_problem(v, ckpt["config"].get("vocab_size"))):
+        raise UsageError(f"checkpoint {path} is damaged: {problem}; use the run's other checkpoint or train again")
+    own_paths(ckpt["args"], os.path.dirname(path) or ".")   # its relative --data_dir, from where it was started
     return ckpt
+
+
+def recorded_problem(recorded, vocab_size):
+    """What is wrong with the characters or words a checkpoint records, or None. train.py records each character of
+    the text (each word of the training file) once, sorted, id i for the i-th: ids 1 to len, within the model's."""
+    what = "characters" if isinstance(recorded, str) else "words"
+    twice = next((v for v, count in collections.Counter(recorded).items() if count > 1), None)
+    if twice is not None:
+        return f"its recorded {what} hold {twice!r} twice (a run records each once)"
+    if list(recorded) != sorted(recorded):
+        return f"its recorded {what} are out of order (a run records them sorted)"
+    if isinstance(vocab_size, int) and len(recorded) + 1 > vocab_size:
+        return (f"it records {len(recorded):,} {what} (ids 1 to {len(recorded):,}) but its model has "
+                f"{vocab_size:,} ids")
+    return None
+
+
+def started_in(out_dir, folder):
+    """The working folder a run was started in, from its --out_dir as recorded and the folder that run is in now;
+    None where that cannot be told (an absolute --out_dir, one with '..', or a folder renamed since)."""
+    if not isinstance(out_dir, str) or not out_dir or os.path.isabs(out_dir):
+        return None
+    parts = [p for p in os.path.normpath(out_dir).split(os.sep) if p != "."]
+    if ".." in parts:
+        return None
+    start = os.path.abspath(folder)
+    for part in reversed(parts):                             # out/x in /home/u/proj/out/x: /home/u/proj
+        if os.path.basename(start) != part:
+            return None
+        start = os.path.dirname(start)
+    return start
+
+
+def own_paths(run_args, folder):
+    """A checkpoint's recorded --data_dir and --cache_dir, which a run records as typed, relative to the folder it
+    was started in: made absolute from that folder (found from its --out_dir and `folder`, where the run is now), so
+    that a --resume or --init_from started elsewhere reads the run's own data, not a file of the same name there."""
+    start = started_in(run_args.get("out_dir"), folder)
+    for k in ("data_dir", "cache_dir"):
+        path = run_args.get(k)
+        if start is not None and isinstance(path, str) and path and not os.path.isabs(path):
+            if os.path.normpath(os.path.join(start, path)) != os.path.abspath(path):   # (started here: as it is)
+                run_args[k] = os.path.normpath(os.path.join(start, path))
 
 
 def args_problem(a):

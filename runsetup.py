@@ -154,7 +154,6 @@ def inherit_from(args, given):
     if not args.init_from:
         return None
     source = load_checkpoint(args.init_from)
-    own_paths(source["args"], os.path.dirname(args.init_from) or ".")
     if "model" in given and args.model != source["model_name"]:
         raise UsageError(f"--model {args.model}: --init_from {args.init_from} holds a {source['model_name']} model, "
                          f"whose weights the run would train instead; leave out --model, or train a {args.model} "
@@ -182,34 +181,6 @@ KEPT_ON_RESUME = {"model", "task", "preset", "eval_only", "init_from", "init_fro
 CHANGEABLE_FIELDS = {"dropout", "checkpointing", "chunk"}
 
 
-def started_in(out_dir, folder):
-    """The working folder a run was started in, from its --out_dir as recorded and the folder that run is in now;
-    None where that cannot be told (an absolute --out_dir, one with '..', or a folder renamed since)."""
-    if not isinstance(out_dir, str) or not out_dir or os.path.isabs(out_dir):
-        return None
-    parts = [p for p in os.path.normpath(out_dir).split(os.sep) if p != "."]
-    if ".." in parts:
-        return None
-    start = os.path.abspath(folder)
-    for part in reversed(parts):                             # out/x in /home/u/proj/out/x: /home/u/proj
-        if os.path.basename(start) != part:
-            return None
-        start = os.path.dirname(start)
-    return start
-
-
-def own_paths(run_args, folder):
-    """A checkpoint's recorded --data_dir and --cache_dir, which a run records as typed, relative to the folder it
-    was started in: made absolute from that folder (found from its --out_dir and `folder`, where the run is now), so
-    that a --resume or --init_from started elsewhere reads the run's own data, not a file of the same name there."""
-    start = started_in(run_args.get("out_dir"), folder)
-    for k in ("data_dir", "cache_dir"):
-        path = run_args.get(k)
-        if start is not None and isinstance(path, str) and path and not os.path.isabs(path):
-            if os.path.normpath(os.path.join(start, path)) != os.path.abspath(path):   # (started here: as it is)
-                run_args[k] = os.path.normpath(os.path.join(start, path))
-
-
 def data_there(data_dir):
     """Whether --data_dir (None: the task's own source) names something."""
     return not isinstance(data_dir, str) or os.path.lexists(data_dir)
@@ -233,7 +204,6 @@ def resume_state(args, given):
         raise UsageError(f"--overwrite with --resume: --resume continues the run in {args.out_dir}, --overwrite "
                          "would start a new one over it; give one of them")
     ckpt = load_checkpoint(os.path.join(args.out_dir, "ckpt.pt"), need=("optimizer", "iter", "best"))
-    own_paths(ckpt["args"], args.out_dir)
     if not data_there(ckpt["args"].get("data_dir")):
         raise UsageError(f"{args.out_dir}/ckpt.pt: its run read --data_dir {ckpt['args']['data_dir']}, which is not "
                          f"there (moved or deleted): put the data back there, or --init_from {args.out_dir}/ckpt.pt "

@@ -19,7 +19,6 @@ DiffEqFormer with a KV cache; a model sees at most its block_size last tokens (s
 """
 
 import argparse
-import collections
 import inspect
 import math
 import os
@@ -99,7 +98,7 @@ def check(args):
     if not ({"temperature", "top_k"} <= {p.name for p in takes} or any(p.kind == p.VAR_KEYWORD for p in takes)):
         raise UsageError(f"model {ckpt['model_name']!r} has no generate(idx, max_new_tokens, temperature, top_k), "
                          "which sample.py calls (docs/architecture.md, Add a model)")
-    tok, n = tokenizer_of(ckpt, args.data_dir, args.ckpt)
+    tok, n = tokenizer_of(ckpt, args.data_dir)
     never = [*([0] if tok.padding else []), *range(n, model.config.vocab_size)]   # the padding id 0 of a data
     if never:                                                # vocabulary, and ids no text has (--vocab_size 50304)
         mask = lambda logits: logits.index_fill(-1, torch.tensor(never, device=logits.device),  # noqa: E731
@@ -245,18 +244,15 @@ def char_vocabulary(run_args, data_dir, task):
     return Chars(loaded.meta["chars"])
 
 
-def tokenizer_of(ckpt, data_dir=None, path="the checkpoint"):
-    """The encoder/decoder of the checkpoint's task, checked against the model's vocabulary (path: the checkpoint's
-    file, which a damaged record names)."""
+def tokenizer_of(ckpt, data_dir=None):
+    """The encoder/decoder of the checkpoint's task (one config.load_checkpoint read), checked against the model's
+    vocabulary."""
     run_args, vocab_size = ckpt.get("args", {}), ckpt["config"]["vocab_size"]
     task, name, recorded = run_args.get("task"), run_args.get("tokenizer") or "gpt2", ckpt.get("vocabulary")
     if recorded and data_dir is not None:                    # (honoured or refused: nothing is rebuilt here)
         raise UsageError("--data_dir: the checkpoint records its vocabulary (the characters or words its ids stand "
                          "for); leave it out")
-    if recorded:                                             # (train.py records them; older checkpoints do not)
-        problem = recorded_problem(recorded, vocab_size)
-        if problem:
-            raise UsageError(f"checkpoint {path} is damaged: {problem}; use the run's other checkpoint or train again")
+    if recorded:                                             # (train.py records them, checked on loading)
         tok = Chars(recorded) if isinstance(recorded, str) else Words(recorded, "the checkpoint's training file")
         n = len(recorded) + 1
     elif task == "ptb" and name != "char":
@@ -276,21 +272,6 @@ def tokenizer_of(ckpt, data_dir=None, path="the checkpoint"):
         raise UsageError(f"the {task} vocabulary rebuilt here has {n:,} ids but the checkpoint's model has "
                          f"{vocab_size:,}: the data changed since training (or pass --data_dir, the run's data)")
     return tok, n
-
-
-def recorded_problem(recorded, vocab_size):
-    """What is wrong with the characters or words a checkpoint records, or None. train.py records each character of
-    the text (each word of the training file) once, sorted, id i for the i-th: ids 1 to len, within the model's."""
-    what = "characters" if isinstance(recorded, str) else "words"
-    twice = next((v for v, count in collections.Counter(recorded).items() if count > 1), None)
-    if twice is not None:
-        return f"its recorded {what} hold {twice!r} twice (a run records each once)"
-    if list(recorded) != sorted(recorded):
-        return f"its recorded {what} are out of order (a run records them sorted)"
-    if len(recorded) + 1 > vocab_size:
-        return (f"it records {len(recorded):,} {what} (ids 1 to {len(recorded):,}) but its model has "
-                f"{vocab_size:,} ids")
-    return None
 
 
 # ----------------------------------------------------------------------------------------------

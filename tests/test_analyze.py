@@ -801,3 +801,40 @@ def test_a_checkpoint_given_twice_is_refused(tmp_path, monkeypatch, command):
                        r"is its column\)$"):
         analyze.main([command, "--ckpt", path, "--ckpt", "./a.pt", "--out", "out"])
     assert not (tmp_path / "out").exists()
+
+
+def test_analyze_refuses_a_damaged_record_of_the_vocabulary_as_sample_py_does(tmp_path):
+    """A checkpoint whose recorded characters hold one twice is damaged whichever program reads it: analyze.py's
+    --text (which used the record as it was) refuses it in one line naming the file, before any output."""
+    deq = dict(vocab_size=12, block_size=16, n_layer=1, n_head=2, n_embd=8, head="lm")
+    path, _ = model_checkpoint(tmp_path / "c.pt", "diffeqformer", deq, task="textfile", tokenizer="char")
+    ckpt = torch.load(path, weights_only=True)
+    for chars, what in (("\n abb", "hold 'b' twice"), ("\n bae", "are out of order")):
+        torch.save({**ckpt, "vocabulary": chars}, path)
+        with pytest.raises(analyze.UsageError) as e:
+            analyze.main(["lyapunov", "--ckpt", path, "--out", str(tmp_path / "out"), "--text", "ab", "--k", "2"])
+        assert str(e.value) == (f"checkpoint {path} is damaged: its recorded characters {what} (a run records "
+                                f"{'each once' if 'twice' in what else 'them sorted'}); use the run's other "
+                                "checkpoint or train again")
+        assert not (tmp_path / "out").exists()
+
+
+def test_a_runs_relative_data_dir_is_read_from_where_the_run_was_started(tmp_path, monkeypatch):
+    """A PTB run started in A with --data_dir p --out_dir r (relative, as typed), its checkpoint read from B, where
+    another p/ is: analyze.py's --text numbers the words of A's training file, not B's."""
+    a, b = tmp_path / "A", tmp_path / "B"
+    for folder, words in ((a, " the cat sat \n a dog ran \n"), (b, " zebra \n")):
+        (folder / "p").mkdir(parents=True)
+        for split in ("train", "valid", "test"):
+            (folder / "p" / f"ptb.{split}.txt").write_text(words)
+    deq = dict(vocab_size=8, block_size=16, n_layer=1, n_head=2, n_embd=8, head="lm")
+    (a / "r").mkdir()
+    model_checkpoint(a / "r" / "ckpt.pt", "diffeqformer", deq, task="ptb", data_dir="p")
+    ckpt = torch.load(a / "r" / "ckpt.pt", weights_only=True)
+    torch.save({**ckpt, "args": {**ckpt["args"], "out_dir": "r"}}, a / "r" / "ckpt.pt")
+    monkeypatch.chdir(b)
+    loaded = analyze.load_checkpoint("../A/r/ckpt.pt")
+    assert loaded["args"]["data_dir"] == str(a / "p")
+    assert analyze.encode_text("the dog", loaded)[0].tolist() == [[7, 4]]    # <eos> a cat dog ran sat the, from 1
+    monkeypatch.chdir(a)                                     # where it was started: as recorded
+    assert analyze.load_checkpoint("r/ckpt.pt")["args"]["data_dir"] == "p"

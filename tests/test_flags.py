@@ -542,13 +542,13 @@ def test_a_resumed_optimiser_takes_the_weight_decay_and_betas_given(done, tmp_pa
 
 
 def test_started_in_is_the_folder_a_relative_out_dir_was_written_from():
-    assert runsetup.started_in("out/x", "/home/u/proj/out/x") == "/home/u/proj"
-    assert runsetup.started_in("./r/", "/w/A/r") == "/w/A"
-    assert runsetup.started_in(".", "/w/A") == "/w/A"
-    assert runsetup.started_in("out/x", "/home/u/proj/out/y") is None      # renamed since
-    assert runsetup.started_in("/abs/x", "/abs/x") is None                 # absolute: nothing to tell
-    assert runsetup.started_in("../x", "/w/x") is None
-    assert runsetup.started_in(None, "/w/x") is None
+    assert config.started_in("out/x", "/home/u/proj/out/x") == "/home/u/proj"
+    assert config.started_in("./r/", "/w/A/r") == "/w/A"
+    assert config.started_in(".", "/w/A") == "/w/A"
+    assert config.started_in("out/x", "/home/u/proj/out/y") is None      # renamed since
+    assert config.started_in("/abs/x", "/abs/x") is None                 # absolute: nothing to tell
+    assert config.started_in("../x", "/w/x") is None
+    assert config.started_in(None, "/w/x") is None
 
 
 def test_a_runs_relative_data_dir_is_its_own_from_another_working_folder(done, lra, no_data, tmp_path,
