@@ -56,7 +56,8 @@ def settings(argv, description=None):
     return args, typed, source, ckpt, pretrained, config_dict
 
 
-# tasks that read --data_dir's files as they are, caching nothing derived from them (tasks/recall.py's file_task)
+# tasks that read --data_dir's files as they are, caching nothing derived from them (tasks/recall.py's file_task;
+# and ptb's words, tasks/lm.py, which only --tokenizer char caches)
 UNCACHED_FILES = ("mqar", "copy", "induction")
 
 
@@ -70,7 +71,7 @@ def check_moot_with_files(args, typed, config_dict, resumed):
     if moot:
         raise UsageError(f"--{moot} {getattr(args, moot)}: it sets the generated {args.task} examples, and "
                          "--data_dir's files are read instead; leave out one of them")
-    if "cache_dir" in typed and args.task in UNCACHED_FILES:
+    if "cache_dir" in typed and (args.task in UNCACHED_FILES or args.task == "ptb" and args.tokenizer != "char"):
         raise UsageError(f"--cache_dir {args.cache_dir}: task {args.task} reads --data_dir's files as they are and "
                          "caches nothing; leave out --cache_dir")
     if args.task == "listops" and "listops_len" in typed and "block_size" in config_dict and not resumed:

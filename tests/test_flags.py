@@ -471,6 +471,16 @@ def test_a_cache_dir_with_files_read_as_they_are_is_refused_and_a_listops_len_al
     with pytest.raises(config.UsageError) as e:
         run("--task", "mqar", "--data_dir", tmp_path, "--cache_dir", tmp_path / "c", *TINY, "--out_dir", tmp_path / "o")
     one_line(e, f"--cache_dir {tmp_path / 'c'}: task mqar reads --data_dir's files as they are and caches nothing")
+    for split in ("train", "valid", "test"):                 # PTB's words too; as characters they are cached
+        (tmp_path / "p").mkdir(exist_ok=True)
+        (tmp_path / "p" / f"ptb.{split}.txt").write_text(" the cat sat \n a dog ran \n" * 20)
+    ptb = ("--task", "ptb", "--data_dir", tmp_path / "p", "--cache_dir", tmp_path / "c", *TINY)
+    with pytest.raises(config.UsageError) as e:
+        run(*ptb, "--out_dir", tmp_path / "o")
+    one_line(e, f"--cache_dir {tmp_path / 'c'}: task ptb reads --data_dir's files as they are and caches nothing")
+    assert not (tmp_path / "c").exists()
+    assert runsetup.settings([*map(str, ptb), "--tokenizer", "char", "--out_dir", str(tmp_path / "o")])[0].cache_dir \
+        == str(tmp_path / "c")
     args, _, _, _, _, config_dict = runsetup.settings(["--data_dir", str(lra), "--listops_len", "5,20", "--out_dir",
                                                        str(tmp_path / "o")])
     assert args.listops_len == "5,20" and "block_size" not in config_dict     # (the loader's block: 20)

@@ -125,8 +125,7 @@ def test_the_padding_id_is_never_sampled(tmp_path):
                         "--max_new_tokens", 40, "--temperature", "50", "--top_k", "0", "--device", "cpu")
     assert y.tolist() == [[1] * 41] * 4 and out == ("a" * 41 + "\n---------------\n") * 4
     folder = write_ptb(tmp_path / "ptb")                     # words: <pad> is never printed
-    train.main(["--task", "ptb", "--data_dir", str(folder), "--cache_dir", str(tmp_path / "c"), *TINY,
-                "--out_dir", str(tmp_path / "w")])
+    train.main(["--task", "ptb", "--data_dir", str(folder), *TINY, "--out_dir", str(tmp_path / "w")])
     y, out = run_sample("--ckpt", tmp_path / "w" / "ckpt.pt", "--start", "the", "--num_samples", 8,
                         "--max_new_tokens", 30, "--temperature", "50", "--top_k", "0", "--device", "cpu")
     assert (y > 0).all() and "<pad>" not in out
