@@ -94,9 +94,12 @@ def transject_ckpt(t):
                                                                        n_embd=8)))
 
 
-def vocab_cut(path, t, n):
-    """A copy of a checkpoint, whole in itself, with a vocabulary of n ids (config and every table of them cut)."""
+def vocab_cut(path, t, n, record=True):
+    """A copy of a checkpoint, whole in itself, with a vocabulary of n ids (config and every table of them cut);
+    record=False: without the characters or words it records (a run of before train.py recorded them)."""
     ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    if not record:
+        ckpt.pop("vocabulary", None)
     v = ckpt["config"]["vocab_size"]
     ckpt["model"] = {k: x[:n].clone() if x.dim() and x.shape[0] == v else x for k, x in ckpt["model"].items()}
     ckpt["config"]["vocab_size"] = n
@@ -265,8 +268,11 @@ CASES = [
       f"--position {v}: --text gives 5 tokens, so allowed is -5 to 4" if v in ("5", "-6") else "--position")
       for v in ("5", "-6", "99999", "x")],
     (A, "activation of a checkpoint with fewer ids than its task", lambda w, t: [
-        "activation", "--ckpt", vocab_cut(w.lm, t, 10), "--out", t / "a"],
+        "activation", "--ckpt", vocab_cut(w.lm, t, 10, record=False), "--out", t / "a"],
      "has 18 ids but the checkpoint's model reads 10: its data changed since training, or the checkpoint is another"),
+    (A, "activation of a checkpoint with fewer ids than the characters it records", lambda w, t: [
+        "activation", "--ckpt", vocab_cut(w.lm, t, 10), "--out", t / "a"],
+     "is damaged: it records 17 characters (ids 1 to 17) but its model has 10 ids; use the run's other checkpoint"),
     (A, "lyapunov --text with a byte past the model's ids", lambda w, t: [
         "lyapunov", "--ckpt", vocab_cut(w.deq, t, 100), "--text", "to be", "--out", t / "a"],
      "--text: 't' is id 116, past the model's 100 ids: the run's data changed since training"),

@@ -336,7 +336,7 @@ def ptb_ckpt(tmp_path_factory):
     root = tmp_path_factory.mktemp("ptb")
     folder = write_ptb(root / "ptb")
     train.main(["--model", "simpletron", "--task", "ptb", "--data_dir", str(folder), "--out_dir", str(root / "run"),
-                "--cache_dir", str(root / "cache"), *TINY])
+                *TINY])
     return root / "run" / "ckpt.pt", folder
 
 
@@ -518,7 +518,7 @@ def test_a_ptb_run_records_its_words_and_refuses_a_training_file_that_lost_one(p
         (changed / f"ptb.{split}.txt").write_text(kept.replace(f" {gone} ", " "))
     with pytest.raises(config.UsageError) as e:
         train.main(["--init_from", str(ckpt), "--data_dir", str(changed), "--out_dir", str(tmp_path / "ft"),
-                    "--cache_dir", str(tmp_path / "cache"), *TINY[8:]])
+                    *TINY[8:]])
     assert (f"task ptb: the checkpoint's model was trained on {len(words)} words, the training file read now has "
             f"{len(words) - 1} (id 2 stood for {gone!r}, now for {words[2]!r}): its ids would mean other words") \
         in str(e.value)
