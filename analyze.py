@@ -691,7 +691,7 @@ def cmd_attnstd(args):
             ax = axes[row, col]
             for l in range(n_block):
                 ax.plot(steps, [r[key][l] for r in records], color=colors[l], lw=1.5, label=f"block {l + 1}")
-            ax.set_yscale("log")
+            ax.set_yscale("log" if min(min(r[key]) for r in records) > 0 else "linear")   # (0: a single score)
             ax.set_title(f"{label}: {title}", fontsize=9)
             ax.grid(True, alpha=0.3)
             if row == len(runs) - 1:

@@ -249,13 +249,11 @@ def check_sizes(args, device, models, lengths):
     free = (torch.cuda.mem_get_info(device)[0] if kind == "cuda" else
             rss_mb("MemAvailable", "/proc/meminfo") * 2 ** 20 if kind == "cpu" else math.nan)
     runs = (args.repeats + 3) * (1 if args.infer_only else 2)   # timed, warm-up, FLOP count, peak memory
-    side = min(1024, matmul_size(device, args.dtype))
-    matmul_rate(device, args.dtype, "wall", n=side, count=1)   # warm-up
-    seconds, rate = 0.0, matmul_rate(device, args.dtype, "wall", n=side, count=4)
-    for m in models:
+    work = 0.0                                               # the models first: one refusing its settings, or too
+    for m in models:                                         # large, is refused before this machine's matmuls are timed
         (f1, m1), (f2, m2), (f4, m4) = (training_cost(m, n, args, device) for n in (128, 256, 512))
         flops, memory = quadratic(128, f1, f2, f4), quadratic(128, m1, m2, m4)
-        seconds += runs * sum(flops(n) for n in lengths) / rate
+        work += runs * sum(flops(n) for n in lengths)
         need = memory(lengths[-1])
         if need > free:
             fits = [2 ** k for k in range(6, 40) if memory(2 ** k) <= free]
@@ -263,6 +261,8 @@ def check_sizes(args, device, models, lengths):
                              f"training step there needs about {need / 2 ** 30:,.0f} GiB and {free / 2 ** 30:,.0f} GiB "
                              f"are free here: use lengths up to about {fits[-1] if fits else 0:,} (or a smaller "
                              "--batch or model)")
+    matmul_rate(device, args.dtype, "wall", n=(side := min(1024, matmul_size(device, args.dtype))), count=1)  # warm-up
+    seconds = work / (rate := matmul_rate(device, args.dtype, "wall", n=side, count=4))
     seconds += args.repeats * 2 * matmul_size(device, args.dtype) ** 3 * 20 / rate     # each round's matmul_rate (20 products)
     # --generate's decode steps: >= 0.1 ms a layer each (~20 operations at >= 5 us; 0.5 ms measured, 1 thread)
     seconds += (args.repeats + 1) * len(contexts) * len(models) * args.new_tokens * 1e-4 * args.n_layer

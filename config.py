@@ -41,6 +41,10 @@ class UsageError(Exception):
     """Bad input: printed as one line, exit status 2."""
 
 
+class Refusal(UsageError):
+    """A model's own refusal of its settings: a ValueError or AssertionError its Model(config) raised (build_model)."""
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that raises one UsageError line instead of printing a usage dump and exiting; train.py's @FILE: the
     flags in FILE (a recipe), its lines read as a shell reads them, # comments left out."""
@@ -661,6 +665,8 @@ def count_weights(model_name, config_dict):
         return math.inf
     except RuntimeError as e:                                # a size that overflows (n_embd 2**62), or another
         return math.inf if "overflow" in str(e) else 0      # that meta cannot build
+    except Refusal:                                          # the model's own check of its settings: its line
+        raise
     except UsageError:
         return 0
 
@@ -685,7 +691,10 @@ def check_size(args, model_name, config):
     kind = torch.device(args.device).type
     have = (torch.cuda.get_device_properties(args.device).total_memory if kind == "cuda"
             else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    p1, p2 = (count_weights(model_name, {**config, "n_layer": n}) for n in (1, 2))
+    try:
+        p1, p2 = (count_weights(model_name, {**config, "n_layer": n}) for n in (1, 2))
+    except Refusal:                                          # of 1 or 2 layers, maybe not of these: counted whole
+        p1 = p2 = count_weights(model_name, config)          # (refused again if it is these settings it refuses)
     weights = p1 + (L - 1) * (p2 - p1) if max(p1, p2) < math.inf else math.inf
     floats = weights * (1 if args.eval_only or args.lora_rank else 4) + args.batch_size * T * d * (
         1 if args.eval_only else L)
@@ -701,8 +710,21 @@ def check_size(args, model_name, config):
                          "them (--grad_accum makes a large batch of small ones)")
 
 
+# a ValueError that says a size is past what torch or numpy can hold (count_weights' infinity), not a model's check
+TOO_LARGE = re.compile(r"overflow|too big|maximum (possible|allowed) size", re.IGNORECASE)
+
+
 def build_model(model_name, config_dict):
-    return model_module(model_name).Model(check_config(model_name, config_dict, values=False))
+    """The model of these settings; a ValueError or AssertionError of its own Model(config) (a fork's check of its
+    settings, say) one Refusal line with its message, as check_config makes a Config's one UsageError line."""
+    model_config = check_config(model_name, config_dict, values=False)
+    try:
+        return model_module(model_name).Model(model_config)
+    except (ValueError, AssertionError) as e:
+        if isinstance(e, ValueError) and TOO_LARGE.search(str(e)):
+            raise
+        why = str(e) or f"assert {(traceback.extract_tb(e.__traceback__)[-1].line or '').removeprefix('assert ')}"
+        raise Refusal(f"model {model_name!r} refuses these settings: {data.one_line(why, 200)}") from None
 
 
 def check_vocabulary(trained, now, task_name):
@@ -753,7 +775,17 @@ def load_checkpoint(path, need=()):
             "characters of its --tokenizer char" if char else "list of words of its PTB run"))
     if v and (problem := recorded_problem(v, ckpt["config"].get("vocab_size"))):
         raise UsageError(f"checkpoint {path} is damaged: {problem}; use the run's other checkpoint or train again")
-    own_paths(ckpt["args"], os.path.dirname(path) or ".")   # its relative --data_dir, from where it was started
+    cwd = ckpt.get("cwd")                                    # the folder the train.py that wrote it worked in
+    if cwd is not None and not (isinstance(cwd, str) and os.path.isabs(cwd)):
+        raise UsageError(f"{path} is damaged: its record 'cwd' is {data.one_line(repr(cwd), 40)}, not the absolute "
+                         "folder train.py records")
+    start = own_paths(ckpt["args"], os.path.dirname(path) or ".", cwd)   # its relative --data_dir, from there
+    d = ckpt["args"].get("data_dir")
+    if "optimizer" in need and start is None and isinstance(d, str) and not os.path.isabs(d):   # (a --resume)
+        raise UsageError(f"{path}: its run read --data_dir {d} relative to the folder it was started in, which "
+                         f"neither the checkpoint records (an older train.py's) nor its --out_dir "
+                         f"{ckpt['args'].get('out_dir')} tells: --resume could read another {d}; continue it with "
+                         f"--init_from {path} with --task and --data_dir in another --out_dir")
     return ckpt
 
 
@@ -788,16 +820,19 @@ def started_in(out_dir, folder):
     return start
 
 
-def own_paths(run_args, folder):
+def own_paths(run_args, folder, cwd=None):
     """A checkpoint's recorded --data_dir and --cache_dir, which a run records as typed, relative to the folder it
-    was started in: made absolute from that folder (found from its --out_dir and `folder`, where the run is now), so
-    that a --resume or --init_from started elsewhere reads the run's own data, not a file of the same name there."""
-    start = started_in(run_args.get("out_dir"), folder)
+    was started in: made absolute from that folder (found from its --out_dir and `folder`, where the run is now, or
+    else `cwd`, the folder the checkpoint records it was written from), so that a --resume or --init_from started
+    elsewhere reads the run's own data, not a file of the same name there. Returns that folder, or None where
+    neither tells it (an older checkpoint, without `cwd`, of an absolute --out_dir): the paths are left as typed."""
+    start = started_in(run_args.get("out_dir"), folder) or cwd
     for k in ("data_dir", "cache_dir"):
         path = run_args.get(k)
         if start is not None and isinstance(path, str) and path and not os.path.isabs(path):
             if os.path.normpath(os.path.join(start, path)) != os.path.abspath(path):   # (started here: as it is)
                 run_args[k] = os.path.normpath(os.path.join(start, path))
+    return start
 
 
 def args_problem(a):

@@ -39,19 +39,73 @@ def numbered_records(path):
 
 
 def read_log(path):
-    """{"train": step records, "val": evaluations, "resumed": steps, "damaged": (line number, step) of each record that
-    train.py cannot have written}; other records (attention std) left out."""
-    lines = numbered_records(path)
+    """{"train": step records, "val": evaluations, "resumed": steps, "damaged": (line number, step) of each record whose
+    values train.py cannot have written, "broken": (line number, why) of each line that train.py cannot have written
+    (see faults)}; other records (attention std) left out."""
+    texts = list(data.read_lines(path))
+    records = list(map(record, texts))
+    lines = [(n, r) for n, r in enumerate(records, 1) if r]
     rs = [r for _, r in lines]
     number = data.finite
     return {"train": [r for r in rs if number(r.get("loss"))], "val": [r for r in rs if number(r.get("val_loss"))],
-            "damaged": [(n, r["step"]) for n, r in lines if damaged(r)],
+            "damaged": [(n, r["step"]) for n, r in lines if damaged(r)], "broken": faults(texts, records),
             "resumed": [r["step"] for r in rs if r.get("resumed")]}
 
 
+def faults(texts, records):
+    """[(line number, why)] of the lines of a log (texts, and their records or None) that train.py cannot have
+    written: before the last (the one line that may be still being written, left out), a line that is no record; a
+    step that is no integer >= 0; a step before one already written with no resumption record between (--resume
+    writes one at the step it resumes, and drops the records after it)."""
+    found, top = [], None
+    for n, (text, r) in enumerate(zip(texts, records), 1):
+        if r is None:
+            if n < len(texts):
+                found.append((n, f"{CUT_SHORT}: {no_record(text)}"))
+            continue
+        step = r["step"]
+        if not (step >= 0 and float(step).is_integer()):
+            found.append((n, f": its step {shown(step)} is no integer >= 0"))
+        elif r.get("resumed"):
+            top = step
+        elif top is not None and step < top:
+            found.append((n, f": step {step:g} after step {top:g} with no resumption record between"))
+        else:
+            top = step
+    return found
+
+
+CUT_SHORT = " (not the last, which may be one still being written)"
+
+
+def no_record(text):
+    """Why a log line is no record (curves.record: None)."""
+    if not text.strip():
+        return "it is empty"
+    try:
+        r = json.loads(text)
+    except ValueError:
+        return "it is not JSON"
+    except RecursionError:
+        return "it is JSON nested too deep to read"
+    if not isinstance(r, dict):
+        return "it is no JSON object"
+    return f"its step {shown(r['step'])} is no integer >= 0" if "step" in r else "it has no step"
+
+
+def shown(v):
+    """A JSON value in a message: a string, number, true, false or null as written (40 characters at most), a list or
+    an object by its kind."""
+    if v is None or isinstance(v, (str, int, float)):
+        return json.dumps(v)[:40]
+    return "a list" if isinstance(v, list) else "an object"
+
+
 def damaged(r):
-    """True for a record whose loss or val_loss is no number, or whose accuracy is none from 0 to 1 (a fraction)."""
-    return (any(k in r and not data.finite(r[k]) for k in ("loss", "val_loss")) or
+    """True for a record whose loss or val_loss is no number >= 0 (a cross-entropy), whose val_ppl is no number >= 1
+    (e^loss; inf allowed, train.py's past 709.78), or whose accuracy is none from 0 to 1 (a fraction)."""
+    return (any(k in r and not (data.finite(r[k]) and r[k] >= 0) for k in ("loss", "val_loss")) or
+            "val_ppl" in r and not (type(r["val_ppl"]) in (int, float) and r["val_ppl"] >= 1) or   # (nan: not >= 1)
             any(k in r and not (data.finite(r[k]) and 0 <= r[k] <= 1) for k in ("acc", "val_acc", "val_acc_example")))
 
 
@@ -63,11 +117,10 @@ def log_problem(path):
     log = read_log(path)
     if not (log["train"] or log["val"]):
         return "holds no record of a step"
-    if log["damaged"]:
-        line, step = log["damaged"][0]
-        return (f"has a damaged record (step {step:g}) at line {line}: a loss that is no number or an accuracy not "
-                "0 to 1")
-    return None
+    problems = [(line, f"has a damaged record (step {step:g}) at line {line}: a loss that is no number >= 0, a "
+                       "perplexity below 1 or an accuracy not 0 to 1") for line, step in log["damaged"]]
+    problems += [(line, f"has a damaged line {line}{why}") for line, why in log["broken"]]
+    return min(problems)[1] if problems else None
 
 
 def std_records(path):

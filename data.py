@@ -66,6 +66,7 @@ import struct
 import subprocess
 import sys
 import threading
+import traceback
 import zipfile
 import zlib
 from dataclasses import dataclass, field
@@ -134,11 +135,38 @@ def load_task(name, cache_dir="data", **kw):
         raise DataError(f"--cache_dir {cache_dir} is not a folder")
     remove_stale_temps(cache_dir)
     remove_stale_temps(os.path.join(cache_dir, name), recursive=True)
-    loaded = TASKS[name](cache_dir=cache_dir, **kw)
+    loaded = loader_call(f"task {name!r}", TASKS[name], cache_dir=cache_dir, **kw)
     problem = declared_problem(loaded)
     if problem:                                              # (a fork's task: the model would be built from it)
         raise DataError(f"task {name!r} ({TASKS[name].__module__}): {problem}")
     return loaded
+
+
+def loader_call(what, fn, *args, **kw):
+    """fn(*args, **kw), a task's loader or a split's (a fork's, say). An ordinary exception it raises, of no bad file
+    (DataError, OSError: said as they are) nor of running out of memory (run_main says so), is one DataError line."""
+    try:
+        return fn(*args, **kw)
+    except (DataError, OSError, MemoryError):
+        raise
+    except Exception as e:                                   # a fork's loader that fails: where, and why
+        if out_of_memory(e):
+            raise
+        raise DataError(loader_failure(what, fn, e)) from None
+
+
+def loader_failure(what, fn, e):
+    """`what` (a task, a split) failed with `e` in its loader fn, an exception of no bad file: one line naming it, the
+    loader's file, the line in that file where it failed (its innermost frame there), and the error."""
+    origin = getattr(sys.modules.get(fn.__module__), "__file__", None) or getattr(
+        getattr(fn, "__code__", None), "co_filename", None)
+    where = fn.__module__
+    if origin:
+        same = os.path.normcase(os.path.realpath(origin))
+        lines = [f.lineno for f in traceback.extract_tb(e.__traceback__)
+                 if os.path.normcase(os.path.realpath(f.filename)) == same]
+        where = os.path.relpath(origin) + (f" line {lines[-1]}" if lines else "")
+    return f"{what} ({where}) fails: {type(e).__name__}: {one_line(e, 200)}"
 
 
 def declared_problem(t):
@@ -423,7 +451,8 @@ class Task:
                 raise DataError(f"task {self.name} has no {name} split")
             source = self.sources.get(name, f"the {name} split of {self.name}")
             with reading(source, formats=False):
-                self._splits[name] = self.check(name, self.loaders[name](), source)
+                split = loader_call(f"the {name} split of task {self.name!r}", self.loaders[name])
+                self._splits[name] = self.check(name, split, source)
         return self._splits[name]
 
     def has(self, name):
@@ -558,16 +587,21 @@ def escape_unshowable():
 
 
 def out_of_memory(e):
-    """Whether the error `e` is running out of memory: Python's, a GPU's, or torch's CPU allocator's (a
-    RuntimeError)."""
-    return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "CPUAllocator: can't allocate memory" in str(e)
+    """Whether the error `e` is running out of memory: Python's, a GPU's, or a RuntimeError of torch's CPU allocator
+    or of a backend that says "out of memory" (Apple's MPS)."""
+    return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or isinstance(e, RuntimeError) and any(
+        words in str(e) for words in ("CPUAllocator: can't allocate memory", "out of memory"))
 
 
 def error_line(e):
-    """What a program that stops on the error `e` says: its message; for an OS error, the path and the reason. One
-    line: a line break (in a path, say) is written \\n."""
+    """What a program that stops on the error `e` says: its message; for an OS error, the path and the reason (of
+    two paths, the one the error is about, or both). One line: a line break (in a path, say) is written \\n."""
     if isinstance(e, OSError):
-        e = f"{e.filename or 'a file'}: {e.strerror or one_line(e, 150)}; check that path (and the free space)"
+        where = e.filename or "a file"
+        if e.filename2 is not None:                          # os.replace, rename, link: the target's errors name it
+            target = e.errno in (errno.EISDIR, errno.EEXIST, errno.ENOTEMPTY)   # (a folder there, or a full one)
+            where = f"{e.filename2} (the target of {where})" if target else f"{where} -> {e.filename2}"
+        e = f"{where}: {e.strerror or one_line(e, 150)}; check that path (and the free space)"
     return str(e).replace("\r", "\\r").replace("\n", "\\n")
 
 

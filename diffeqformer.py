@@ -550,8 +550,9 @@ class Model(nn.Module):
 
     @torch.no_grad()
     def hidden_states(self, idx):
-        """[X_0, X_1, ..., X_n] (embeddings, then the state after each step; no final norm), and the mask."""
-        X, mask = self.embed(idx)
+        """[X_0, X_1, ..., X_n] (embeddings, then the state after each step; no final norm), and the mask.
+        A pair (B, 2, L) of the match head is read as forward encodes it: 2B sequences, each state (2B, L', D)."""
+        X, mask = self.embed(idx.flatten(0, -2))                                 # (B, L) or (B, 2, L) -> (B', L)
         return self.flow(X, mask, trajectory=True)[1], mask
 
     def trajectory(self, idx):
@@ -637,7 +638,7 @@ def cached_vector_field(X, w, c, cache, t0, capacity):
 
 def read_tokens(model, idx, state):
     """Integrate the new tokens idx (B, T) from t = 0 to 1 beside the cached ones: logits of the last (B, V)."""
-    c, (B, T), t0 = model.config, idx.shape, state.t
+    c, T, t0 = model.config, idx.shape[1], state.t                              # idx (B, T)
     if t0 + T > state.capacity:
         raise ValueError(f"the state holds {t0} tokens; {T} more exceed its capacity {state.capacity} "
                          f"(block_size {c.block_size})")

@@ -206,7 +206,8 @@ class RunDir:
         if not all(p.isfinite().all() for p in model.parameters()):
             raise self.diverged(it, "a weight is not finite", args.grad_clip)
         return {"model_name": args.model, "config": dataclasses.asdict(model.config), "model": model.state_dict(),
-                "args": run_args(args), "iter": it, "vocabulary": self.vocabulary}
+                "args": run_args(args), "iter": it, "vocabulary": self.vocabulary,
+                "cwd": os.getcwd()}                          # (what its relative --data_dir is relative to)
 
     def checkpoint(self, it, args, model, **more):
         """ckpt.pt after step `it`: the weights and `more` (all that an exact --resume needs)."""

@@ -442,9 +442,15 @@ def attention_std(model, x):
         else:
             n = torch.tensor(float(D // H))
         scores = q @ k.transpose(-2, -1) / n.sqrt()          # (B, H, L, L)
-        score_std.append(scores[pairs.expand(B, H, L, L)].std().item())
-        attn_std.append(y[real].double().std().item())       # over the real tokens' (D) outputs
+        score_std.append(spread(scores[pairs.expand(B, H, L, L)]))
+        attn_std.append(spread(y[real].double()))            # over the real tokens' (D) outputs
     return {"score_std": score_std, "attn_std": attn_std}
+
+
+def spread(values):
+    """The unbiased standard deviation of the numbers in values; 0 for fewer than two (one head, one row, one real
+    token: one score, which has no spread, where the unbiased estimate is NaN)."""
+    return values.std().item() if values.numel() > 1 else 0.0
 
 
 # ----------------------------------------------------------------------------------------------

@@ -135,8 +135,9 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
             if not len(y):                                   # a last batch with fewer examples than processes
                 continue
         x, y = x.to(device), y.to(device)
-        with autocast:
-            logits, loss = model(x, y)
+        with autocast:                                       # (a fork's model under DDP or compiled: its file)
+            logits, loss = forward_output(model(x, y), type(getattr(model, "_orig_mod", getattr(
+                model, "module", model))).__module__, grad=False)
         n = y.numel()
         if answers:                                          # the loss is the mean over the answers
             right, n, right_ex, n_ex = answer_counts(logits, y)
@@ -274,6 +275,35 @@ class Pace:
         return f"eta {t / 60:.1f} min"
 
 
+def loss_problem(loss, grad=True):
+    """What keeps a forward's loss from being one floating-point number (with its gradient when training); None:
+    nothing."""
+    if not isinstance(loss, torch.Tensor):
+        return "None" if loss is None else f"a {type(loss).__name__}, not a tensor"
+    if loss.numel() != 1:
+        return f"a tensor of shape {tuple(loss.shape)}, not one number"
+    if not loss.is_floating_point():
+        return f"a tensor of {loss.dtype}"
+    return None if loss.requires_grad or not grad else "a tensor with no gradient (detached, or computed under " \
+        "torch.no_grad)"
+
+
+def forward_output(out, name, grad=True):
+    """A forward's (logits, loss), held to the interface docs/architecture.md gives a model (a fork's model may break
+    it): a pair, its loss a tensor of one floating-point number, with its gradient when training (grad). Attribute
+    reads only (no device sync): checked at every micro-batch before the backward, so before the first step is
+    counted, and at every batch of an evaluation."""
+    if not (isinstance(out, tuple) and len(out) == 2):   # (a fork's model: the interface is nanoGPT's)
+        raise UsageError(f"model {name}'s forward returned {type(out).__name__}, not (logits, loss): "
+                         "return both, as docs/architecture.md says")
+    problem = loss_problem(out[1], grad)
+    if problem:
+        raise UsageError(f"model {name}'s forward returned (logits, loss) with loss {problem}: with targets given, "
+                         "the loss must be a tensor holding one floating-point number with its gradient (the batch's "
+                         "mean, as F.cross_entropy returns it), as docs/architecture.md says")
+    return out
+
+
 def train_step(run, train_model, train, kind, it):
     """Step it + 1: grad_accum micro-batches of the global batch (this process's share of each), then the
     optimiser, unless the loss or the gradient is not finite (Diverged; under float16's scaler a gradient that is
@@ -299,11 +329,7 @@ def train_step(run, train_model, train, kind, it):
         last = micro == args.grad_accum - 1                  # DDP: gradients averaged after the last micro-batch
         with contextlib.nullcontext() if last or not dist.on else train_model.no_sync():
             with run.autocast:
-                out = train_model(x, y)
-            if not (isinstance(out, tuple) and len(out) == 2):   # (a fork's model: the interface is nanoGPT's)
-                raise UsageError(f"model {args.model}'s forward returned {type(out).__name__}, not (logits, loss): "
-                                 "return both, as docs/architecture.md says")
-            logits, loss = out
+                logits, loss = forward_output(train_model(x, y), args.model)
             run.scaler.scale(loss / args.grad_accum).backward()   # (float16: times the scale)
         loss_sum += loss.item() / args.grad_accum
         if logits.dim() == 2:

@@ -169,12 +169,19 @@ def _ints(value, n, flag, example):
     return out
 
 
-def setting(name, recall_len=None, recall_pairs=None, recall_vocab=None, recall_sizes=None):
+def setting(name, recall_len=None, recall_pairs=None, recall_vocab=None, recall_sizes=None, files=False):
     """The task's options checked (ints or strings; None: the task's default): (length, pairs, vocab, sizes), or a
-    DataError of one line before anything is generated."""
+    DataError of one line before anything is generated. files: --data_dir's examples, which are read, not generated:
+    the length and the vocabulary alone (pairs and sizes None), without the generator's bounds (the files are
+    checked for themselves, each id within the vocabulary)."""
     d = DEFAULTS[name]
     (length,) = _ints(d["length"] if recall_len is None else recall_len, 1, "recall_len", "one integer, e.g. 64")
     (vocab,) = _ints(d["vocab"] if recall_vocab is None else recall_vocab, 1, "recall_vocab", "one integer, e.g. 128")
+    if files:
+        if not 2 <= vocab <= 65535:
+            raise DataError(f"--recall_vocab {vocab}: allowed is an integer from 2 to 65535 (the files' ids are 1 .. "
+                            "V-1; 0 is padding)")
+        return length, None, vocab, None
     pairs = None
     if name != "induction":
         (pairs,) = _ints(d["pairs"] if recall_pairs is None else recall_pairs, 1, "recall_pairs", "one integer, e.g. 4")
@@ -276,7 +283,8 @@ def file_task(name, data_dir, vocab, block_size, recall_len=None):
 
 
 def recall_task(name, cache_dir, data_dir, block_size, recall_len, recall_pairs, recall_vocab, recall_sizes, txt):
-    length, pairs, vocab, sizes = setting(name, recall_len, recall_pairs, recall_vocab, recall_sizes)
+    length, pairs, vocab, sizes = setting(name, recall_len, recall_pairs, recall_vocab, recall_sizes,
+                                          files=data_dir is not None)
     if data_dir is not None and txt:
         raise DataError(f"{name}: --txt writes the generated examples as plain files; --data_dir's are plain files "
                         "already")

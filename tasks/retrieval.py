@@ -41,6 +41,10 @@ def read_aan(path, out, split, length):
                     label = float(fields[0])
                     if label not in (0.0, 1.0):
                         raise ValueError(f"label {fields[0].decode(errors='replace')} is not 0 or 1")
+                    if (j := next((j for j in (0, 1) if not fields[3 + j]), None)) is not None:   # (nothing to pool)
+                        name = fields[1 + j].decode(errors="replace")[:40]
+                        raise ValueError(f"text{j + 1} (id{j + 1} {name}) is empty; each document needs at least "
+                                         "one byte")
                 except ValueError as e:
                     raise DataError(f"{path}, line {lineno}: malformed AAN row ({e})") from None
                 labels[i] = int(label)

@@ -164,8 +164,10 @@ def get_tokenizer(name, task_name):
         return got[0]
     why = ("it is not cached here and there is no network" if not reachable(TIKTOKEN_URL)
            else one_line(got[0], 200) if got else "the download does not finish")
+    # (sample.py and analyze.py call this too, with the run's tokenizer: they have no --tokenizer to give)
     raise DataError(f"{task_name}: cannot load the {name} tokenizer ({why}; tiktoken downloads it once from "
-                    f"{TIKTOKEN_URL} into TIKTOKEN_CACHE_DIR); use --tokenizer byte to work offline")
+                    f"{TIKTOKEN_URL} into TIKTOKEN_CACHE_DIR): connect once, or set TIKTOKEN_CACHE_DIR to a folder "
+                    "that holds it; a new run started with train.py --tokenizer byte needs no download")
 
 
 def encode_batch(enc, texts):

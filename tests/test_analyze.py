@@ -698,6 +698,27 @@ def test_experts_and_activation_of_a_transject(tmp_path):
     assert len(act["activation_factor"]) == 4 and np.allclose(act["activation_factor"][0], 1.0)
 
 
+def test_activation_of_match_classifiers_reads_both_documents_of_each_pair(tmp_path):
+    """A match classifier (retrieval: ids (B, 2, L)) encodes each document on its own: its layers hold 2B
+    sequences. DiffEqFormer's hidden_states took only (B, L) (a ValueError); now every model gives 2B rows."""
+    pytest.importorskip("diffeqformer")
+    pytest.importorskip("transject")
+    from test_data import write_aan
+    write_aan(tmp_path / "aan", 4)
+    out, rows = tmp_path / "out", {}
+    for name, extra in (("simpletron", {}), ("transject", {"n_experts": 2}), ("diffeqformer", {})):
+        path, _ = model_checkpoint(tmp_path / f"{name}.pt", name, dict(vocab_size=257, block_size=32, n_layer=2,
+                                   n_head=2, n_embd=16, dropout=0.0, head="match", n_classes=2, **extra),
+                                   task="retrieval", data_dir=str(tmp_path / "aan"), cache_dir=str(tmp_path / "c"))
+        analyze.main(["activation", "--ckpt", path, "--out", str(out), "--n_seq", "3"])
+        rows[name] = json.loads((out / "activation.json").read_text())["models"][0]
+    for name, r in rows.items():
+        assert r["n_seq"] == 6 and len(r["activation_factor"]) == 3 and len(r["entropy"]) == 3, name
+        assert len(r["activation_factor"][0]) == 6 and np.allclose(r["activation_factor"][0], 1.0), name
+        assert all(np.isfinite(v).all() for v in r["activation_factor"] + r["entropy"]), name
+    assert rows["diffeqformer"]["tokens"] == rows["simpletron"]["tokens"]      # both prepend a CLS to each document
+
+
 def test_the_cluster_command_runs_the_ode_it_is_given(tmp_path, capsys, monkeypatch):
     """analyze.py cluster: each degree's trajectory is the Euler ODE of its flags (T, steps, seed, weights), and the
     clusters and spread it reports are those of that trajectory's end; the clusters and spread panels share the

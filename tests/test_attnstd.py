@@ -175,3 +175,37 @@ def test_attnstd_refuses_a_negative_std_naming_the_line_and_a_run_given_twice(tm
     analyze.main(["attnstd", "--run", "r", "--out", "out"])   # one std of 0 (a block whose weights are equal): drawn
     assert json.loads((tmp_path / "out" / "attnstd.json").read_text())["runs"][0]["score_std"] == [[1.0, 1.0],
                                                                                                   [0.0, 0.1]]
+
+
+@pytest.mark.parametrize("kw", [dict(head="lm"), dict(head="lm", attention="softmax"), dict(head="cls")])
+def test_the_std_of_a_single_score_is_0_not_nan(kw, recwarn):
+    """Battery: one head, one (query, key) pair, one row (--block_size 1 --batch_size 1 --n_head 1, or a class
+    example of one real token) took the unbiased std of one number: NaN (torch warns), written to log.jsonl, which
+    analyze.py attnstd then refused as damaged. Fewer than two numbers have no spread: 0; two or more as before."""
+    torch.manual_seed(0)
+    config = simpletron.Config(vocab_size=11, block_size=1 if kw["head"] == "lm" else 4, n_layer=2, n_head=1,
+                               n_embd=8, n_classes=3, learned_cls=False, **kw)
+    model = simpletron.Model(config).eval()
+    idx = torch.tensor([[3]] if kw["head"] == "lm" else [[3, 0, 0, 0]])       # one real token
+    got = simpletron.attention_std(model, idx)
+    assert got["score_std"] == [0.0, 0.0] and all(math.isfinite(v) for v in got["attn_std"]), got
+    assert not [w for w in recwarn if "degrees of freedom" in str(w.message)]
+    with torch.no_grad():                                    # two rows: two scores, their unbiased std as before
+        two = torch.cat([idx, idx % 10 + 1])
+        assert simpletron.attention_std(model, two)["score_std"] == pytest.approx(reference_std(model, two)[0],
+                                                                                  rel=1e-5)
+
+
+def test_a_run_of_one_token_blocks_logs_an_attention_std_that_analyze_draws(tmp_path, recwarn):
+    """Battery: train.py --block_size 1 --batch_size 1 --n_head 1 --attn_std_interval 1 wrote "score_std": [NaN] and
+    analyze.py attnstd refused train.py's own log as damaged."""
+    (tmp_path / "text.txt").write_text("the quick brown fox jumps over the lazy dog\n" * 40)
+    run("--task", "textfile", "--data_dir", tmp_path / "text.txt", "--tokenizer", "char", "--n_layer", "1",
+        "--n_embd", "16", "--n_head", "1", "--block_size", "1", "--max_iters", "2", "--eval_iters", "1",
+        "--batch_size", "1", "--attn_std_interval", "1", "--cache_dir", tmp_path / "c", "--out_dir", tmp_path / "s1")
+    recs = [json.loads(line) for line in open(tmp_path / "s1" / "log.jsonl") if "score_std" in line]
+    assert [(r["step"], r["score_std"]) for r in recs] == [(0, [0.0]), (1, [0.0]), (2, [0.0])], recs
+    assert not [w for w in recwarn if "degrees of freedom" in str(w.message)]
+    analyze.main(["attnstd", "--run", str(tmp_path / "s1"), "--out", str(tmp_path / "an")])
+    assert json.loads((tmp_path / "an" / "attnstd.json").read_text())["runs"][0]["score_std"] == [[0.0, 0.0, 0.0]]
+    assert not [w for w in recwarn if "log-scaled" in str(w.message)]      # (a std of 0 on a linear axis)

@@ -443,26 +443,36 @@ def test_loop_and_wall_time_of_a_tiny_run(tmp_path, monkeypatch):
 
 
 def test_compile_table_plumbing(tmp_path, monkeypatch):
-    """The compile table's arithmetic, torch.compile replaced by a model that sleeps on its first calls at a length."""
+    """The compile table's arithmetic, torch.compile replaced by a model that sleeps 1 s on its first call at a length
+    and steps twice as fast as the eager model."""
     seen = set()
 
     class Compiled(torch.nn.Module):
         def __init__(self, model):
             super().__init__()
-            self.model = model
+            self.model, model.pause = model, 0.05           # the compiled twin: 50 ms a step
 
         def forward(self, x, y=None):
             if x.shape[-1] not in seen:                     # "compiling": once per length
                 seen.add(x.shape[-1])
                 time.sleep(1.0)                             # long beside a tiny step, even on a busy CPU
             return self.model(x, y)
+    made = bench.speed_model
+
+    def slowed(*args):                                      # eager: 100 ms a step; long steps on one thread, so
+        model = made(*args)                                 # that a busy CPU does not move the speed-up
+        model.pause, forward = 0.1, model.forward
+        model.forward = lambda *a, **k: (time.sleep(model.pause), forward(*a, **k))[1]
+        return model
+    monkeypatch.setattr(bench, "speed_model", slowed)
     monkeypatch.setattr(bench.torch, "compile", Compiled)
-    bench.main(["--compile", "--models", "simpletron", "--lengths", "16", "--repeats", "3", "--n_layer", "1",
-                "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--out", str(tmp_path)])
+    bench.main(["--compile", "--models", "simpletron", "--lengths", "16", "--repeats", "5", "--n_layer", "1",
+                "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--threads", "1", "--out", str(tmp_path)])
     (r,) = json.loads((tmp_path / "user.json").read_text())["compile"]
-    assert r["compile_s"] == pytest.approx(2.0, abs=0.5)      # the first step and the first at half the length
-    assert r["speedup"] == pytest.approx(1, abs=0.5)
-    assert r["break_even"] is None or r["break_even"] > 0
+    assert r["compile_s"] == pytest.approx(1.9, abs=0.5)      # the first compiled step and the first at half the
+    assert 1.4 < r["speedup"] < 3.5                           # length, each less an eager step (100 ms); about 2
+    assert r["break_even"] == pytest.approx(1000 * r["compile_s"] / (r["eager_ms"] - r["compiled_ms"]))
+    assert 10 < r["break_even"] < 60                          # 1.9 s paid back at about 50 ms a step
     assert "steps to pay it back" in (tmp_path / "user.md").read_text()
 
 
@@ -540,6 +550,36 @@ def test_a_forks_models_entry_with_a_misspelled_override_is_refused_as_train_py_
         bench.main(["--models", "mini", "--lengths", "16", "--out", str(tmp_path / "a")])
     assert str(e.value) == "model 'mini': config.MODELS sets attenton, which its Config has no field of"
     assert not os.path.exists(tmp_path / "a")
+
+
+def test_a_forks_model_that_refuses_its_settings_is_one_line_and_exit_2_before_any_timing(
+        tmp_path, monkeypatch, capsys):
+    """A fork's copy of simpletron.py registered as docs/architecture.md says, its Model with a check of its own:
+    bench.py's size check builds it and says the model's reason in one line, before any matmul is timed."""
+    import config
+    import data
+    source = open(os.path.join(os.path.dirname(bench.__file__), "simpletron.py")).read()
+    head, model = source.split("\nclass Model(nn.Module):\n")
+    (tmp_path / "mymodel.py").write_text(head + "\nclass Model(nn.Module):\n" + model.replace(
+        "        super().__init__()\n", "        super().__init__()\n        if config.n_embd % 8:\n"
+        "            raise ValueError(f\"n_embd must be a multiple of 8, not {config.n_embd}\")\n", 1))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mymodel", raising=False)
+    for table in (config.MODELS, bench.SPEED_MODELS):
+        monkeypatch.setitem(table, "mymodel", ("mymodel", {}))
+    monkeypatch.setitem(config.FIELD_HELP, "mymodel", config.FIELD_HELP["simpletron"])
+    monkeypatch.setattr(bench, "matmul_rate", lambda *a, **k: pytest.fail("a matmul was timed"))
+    argv = ["--out", str(tmp_path / "bo"), "--models", "mymodel", "--lengths", "16", "--repeats", "1", "--n_layer",
+            "1", "--n_head", "2", "--vocab", "32", "--batch", "1", "--n_embd"]
+    with pytest.raises(SystemExit) as e:
+        data.run_main(lambda: bench.main([*argv, "12"]), bench.UsageError)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "Traceback" not in err and err.splitlines() == [
+        "error: model 'mymodel' refuses these settings: n_embd must be a multiple of 8, not 12"], err
+    assert not os.path.exists(tmp_path / "bo")
+    model = bench.speed_model("mymodel", 16, bench.parse([*argv, "16"]))    # (n_embd 16: the model it takes)
+    assert model.config.n_embd == 16 and sum(p.numel() for p in model.parameters()) > 0
+    sys.modules.pop("mymodel", None)
 
 
 def test_the_time_estimate_counts_nanogpts_configuration_and_its_inner_steps(monkeypatch):

@@ -2,6 +2,7 @@
 every kind of log (no val yet, attention std only, a resumption, a language model), and analyze.py curves."""
 
 import json
+import math
 import os
 
 import numpy as np
@@ -227,6 +228,43 @@ def test_rows_are_the_seeds_of_one_folder_and_a_run_counts_once(tmp_path, monkey
         analyze.main(["curves", "a/gpt-s0", "a/gpt-s0/", "--out", "an"])
 
 
+DAMAGE = "a loss that is no number >= 0, a perplexity below 1 or an accuracy not 0 to 1"
+
+
+def lm_log(n_steps=20, val=(10, 20)):
+    """A language model's log: train steps 1..n_steps (loss 3 - step / 10), evaluations val_loss 2, val_ppl e^2."""
+    records = []
+    for s in range(1, n_steps + 1):
+        records.append({"step": s, "loss": 3 - s / 10, "lr": 1e-3, "time": 0.1 * s})
+        if s in val:
+            records.append({"step": s, "val_loss": 2.0, "val_n": 100, "val_ppl": math.exp(2.0), "time": 0.1 * s})
+    return records
+
+
+@pytest.mark.parametrize("key, value, line", [("loss", -5.0, 3), ("loss", -1e-9, 1), ("val_loss", -0.5, 11),
+                                              ("val_ppl", -3.0, 22), ("val_ppl", 0.999, 11), ("val_ppl", "7", 11),
+                                              ("val_ppl", math.nan, 22)])
+def test_a_negative_loss_or_a_perplexity_below_1_is_a_damaged_record(tmp_path, monkeypatch, key, value, line):
+    """A cross-entropy is >= 0 and its perplexity e^loss >= 1: a log saying otherwise (it was drawn, "val ppl
+    -3.00", on a log axis that cannot show it) is refused in one line naming the file, the line and the step, as
+    experiments.py's metrics_problem refuses such a metrics.json. A perplexity of inf (a loss past 709.78): allowed."""
+    monkeypatch.chdir(tmp_path)
+    good = lm_log()
+    good[-1]["val_ppl"] = math.inf                           # train.py's: exp overflows
+    assert curves.read_log(write_log(tmp_path / "good", good))["damaged"] == []
+    assert curves.log_problem(os.path.join("good", "log.jsonl")) is None
+    records = [dict(r) for r in good]
+    records[line - 1][key] = value                           # (records 11 and 22: the evaluations at 10 and 20)
+    write_log(tmp_path / "bad", records)
+    assert curves.read_log(os.path.join("bad", "log.jsonl"))["damaged"] == [(line, records[line - 1]["step"])]
+    with pytest.raises(analyze.UsageError) as e:
+        analyze.main(["curves", "bad", "--out", "an"])
+    assert str(e.value) == (f"bad: {os.path.join('bad', 'log.jsonl')} has a damaged record (step "
+                            f"{records[line - 1]['step']}) at line {line}: {DAMAGE} (a folder of python train.py "
+                            "...)")
+    assert not (tmp_path / "an").exists()
+
+
 def test_an_accuracy_outside_0_to_1_is_a_damaged_record_named_by_its_line(tmp_path, monkeypatch):
     """train.py writes accuracies as fractions: a val_acc of 1.5 (150% drawn) or an acc below 0 is a damaged log,
     refused by analyze.py curves in one line naming the file and the line (counted from 1, blank lines too)."""
@@ -242,8 +280,60 @@ def test_an_accuracy_outside_0_to_1_is_a_damaged_record_named_by_its_line(tmp_pa
         with pytest.raises(analyze.UsageError) as e:
             analyze.main(["curves", name, "--out", "an"])
         assert str(e.value) == (f"{name}: {os.path.join(name, 'log.jsonl')} has a damaged record (step "
-                                f"{records[line - 1]['step']}) at line {line}: a loss that is no number or an accuracy "
-                                "not 0 to 1 (a folder of python train.py ...)")
+                                f"{records[line - 1]['step']}) at line {line}: {DAMAGE} (a folder of python "
+                                "train.py ...)")
     assert not (tmp_path / "an").exists()
     path = write_log(tmp_path / "blank", [], tail="\n" + json.dumps({"step": 1, "loss": "x"}) + "\n")
     assert curves.read_log(path)["damaged"] == [(2, 1)]
+
+
+CUT = "(not the last, which may be one still being written)"
+
+
+@pytest.mark.parametrize("line, why", [('{"step": "one", "loss": 2.0}', f'{CUT}: its step "one" is no integer >= 0'),
+                                       ('{"step": 3, "lo', f"{CUT}: it is not JSON"), ("", f"{CUT}: it is empty"),
+                                       ("[1, 2]", f"{CUT}: it is no JSON object"),
+                                       ('{"loss": 1.0}', f"{CUT}: it has no step"),
+                                       ('{"step": NaN, "loss": 1.0}', f"{CUT}: its step NaN is no integer >= 0"),
+                                       ('{"step": -1, "loss": 1.0}', ": its step -1 is no integer >= 0"),
+                                       ('{"step": 2.5, "loss": 1.0}', ": its step 2.5 is no integer >= 0")])
+def test_a_line_before_the_last_that_is_no_whole_record_is_damage(tmp_path, monkeypatch, line, why):
+    """Only the last line of a log can be one still being written (a run in progress, or killed mid-write; --resume
+    drops it): any earlier line that is no record train.py writes, or a step no integer >= 0 (train.py counts its
+    steps from 0), is a damaged log, refused in one line naming the file and the line, not left out silently."""
+    monkeypatch.chdir(tmp_path)
+    good = classifier_log({4: (2.0, 0.5)}, n_steps=4)
+    path = write_log(tmp_path / "bad", good[:2], tail=line + "\n" + "".join(json.dumps(r) + "\n" for r in good[2:]))
+    assert curves.log_problem(path) == f"has a damaged line 3 {why}".replace(" :", ":")
+    with pytest.raises(analyze.UsageError) as e:
+        analyze.main(["curves", "bad", "--out", "an"])
+    assert str(e.value) == (f"bad: {os.path.join('bad', 'log.jsonl')} has a damaged line 3 {why} (a folder of python "
+                            "train.py ...)".replace(" :", ":"))
+    assert not (tmp_path / "an").exists()
+    if why.startswith(CUT):                                  # the last line: left out, as ever
+        last = write_log(tmp_path / "last", good, tail=line)
+        assert curves.log_problem(last) is None and [r["step"] for r in curves.read_log(last)["train"]] == [1, 2, 3, 4]
+        assert curves.log_problem(write_log(tmp_path / "last-whole", good, tail=line + "\n")) is None
+
+
+def test_a_step_back_with_no_resumption_between_is_damage(tmp_path, monkeypatch):
+    """train.py's steps never go back but at a resumption (--resume writes its record, at the step resumed): a record
+    of an earlier step appended after the run's end (drawn in place of the real step 1) is a damaged log, one line
+    naming it; a step written again after a resumption record is a resumed run, drawn."""
+    monkeypatch.chdir(tmp_path)
+    good = classifier_log({2: (2.0, 0.5), 4: (1.5, 0.6)}, n_steps=4)          # lines 1-6: steps 1, 2, 2 (val), 3, 4, 4
+    write_log(tmp_path / "bad", good + [{"step": 1, "loss": 0.5, "lr": 1e-3, "time": 9}])
+    assert curves.log_problem(os.path.join("bad", "log.jsonl")) == (
+        "has a damaged line 7: step 1 after step 4 with no resumption record between")
+    with pytest.raises(analyze.UsageError, match=r"^bad: bad/log.jsonl has a damaged line 7: step 1 after step 4 "):
+        analyze.main(["curves", "bad", "--out", "an"])
+    write_log(tmp_path / "val", good + [{"step": 3, "val_loss": 1.0, "val_n": 9, "val_acc": 0.5, "time": 9}])
+    assert curves.log_problem(os.path.join("val", "log.jsonl")).startswith("has a damaged line 7: step 3 after step 4")
+    resumed = good + [{"step": 2, "resumed": True, "time": 9}] + classifier_log({}, n_steps=5)[2:]   # steps 3, 4, 5
+    write_log(tmp_path / "resumed", resumed)
+    assert curves.log_problem(os.path.join("resumed", "log.jsonl")) is None
+    write_log(tmp_path / "behind", resumed + [{"step": 1, "loss": 0.5, "lr": 1e-3, "time": 9}])   # ...but not again
+    assert curves.log_problem(os.path.join("behind", "log.jsonl")) == (
+        "has a damaged line 11: step 1 after step 5 with no resumption record between")
+    write_log(tmp_path / "again", good + [{"step": 4, "loss": 1.0, "lr": 1e-3, "time": 9}])       # (not back: drawn)
+    assert curves.log_problem(os.path.join("again", "log.jsonl")) is None

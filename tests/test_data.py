@@ -132,6 +132,35 @@ def test_gpt2_offline_fails_fast_and_points_to_byte(offline, tmp_path):
     assert_one_line_error(e, "agnews", "gpt2", "--tokenizer byte")
 
 
+def test_an_error_of_two_files_names_the_one_it_is_about(tmp_path, monkeypatch):
+    """os.replace of hr/test.txt.tmp onto hr/test.txt, a folder: the problem is the target, hr/test.txt (the line
+    named the temporary file alone: 'hr/test.txt.tmp: Is a directory'); an error of either names both."""
+    monkeypatch.chdir(tmp_path)
+    os.makedirs("hr/test.txt")
+    with open("hr/test.txt.tmp", "w") as f:
+        f.write("1\t-\n")
+    with pytest.raises(OSError) as e:
+        os.replace("hr/test.txt.tmp", "hr/test.txt")
+    line = data.error_line(e.value)
+    assert line.startswith("hr/test.txt (the target of hr/test.txt.tmp): Is a directory"), line
+    with pytest.raises(OSError) as e:
+        os.replace("hr/gone.tmp", "hr/new.txt")               # (the source is missing: both named)
+    line = data.error_line(e.value)
+    assert line.startswith("hr/gone.tmp -> hr/new.txt: No such file or directory"), line
+
+
+def test_gpt2_offline_from_sample_py_advises_no_flag_sample_py_lacks(offline):
+    """sample.py (and analyze.py) read the run's tokenizer and have no --tokenizer: the line must not tell them to
+    use one ("use --tokenizer byte to work offline" did); its offline advice is for a new run, train.py's flag."""
+    import sample
+    ckpt = {"args": {"task": "textfile", "tokenizer": "gpt2"}, "config": {"vocab_size": 50304}}
+    with pytest.raises(data.DataError) as e:
+        sample.tokenizer_of(ckpt)
+    assert_one_line_error(e, "textfile", "cannot load the gpt2 tokenizer", "TIKTOKEN_CACHE_DIR",
+                          "a new run started with train.py --tokenizer byte")
+    assert "use --tokenizer" not in str(e.value)
+
+
 def test_text_chunks_tokenise_like_the_whole_text():
     import tiktoken
     ranks = {bytes([i]): i for i in range(256)}
@@ -589,6 +618,21 @@ def test_retrieval_pairs(tmp_path):
     with pytest.raises(data.DataError) as e:
         data.load_task("retrieval", cache_dir=tmp_path / "c", data_dir=str(tmp_path / "bad"))
     assert_one_line_error(e, "new_aan_pairs.train.tsv, line 1", "5 tab-separated fields")
+
+
+@pytest.mark.parametrize("row, which", [("1\ta\tb\t\tsome text\n", "text1 (id1 a)"),
+                                        ("0\ta\tb\tsome text\t\n", "text2 (id2 b)"),
+                                        ("0\ta\tb\tsome text\t\r\n", "text2 (id2 b)"),
+                                        ("1\t" + "x" * 50 + "\tb\t\tt\n", "text1 (id1 " + "x" * 40 + ") is")])  # (40)
+def test_an_empty_aan_document_is_refused_naming_the_file_row_and_document(tmp_path, row, which):
+    """A pair with a document of no bytes has nothing to pool (TransJect's max over no tokens: a nan loss at step 1,
+    with advice about --lr): refused in one line before any work."""
+    write_aan(tmp_path / "d", 3)
+    path = tmp_path / "d" / "new_aan_pairs.eval.tsv"
+    path.write_text("1\tx\ty\tone\ttwo\n" + row, encoding="utf-8")
+    with pytest.raises(data.DataError) as e:
+        data.load_task("retrieval", cache_dir=tmp_path / "c", data_dir=str(tmp_path / "d"))
+    assert_one_line_error(e, "new_aan_pairs.eval.tsv, line 2", which, "empty")
 
 
 # ----------------------------------------------------------------------------------------------

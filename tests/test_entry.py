@@ -273,6 +273,9 @@ CASES = [
     (A, "activation of a checkpoint with fewer ids than the characters it records", lambda w, t: [
         "activation", "--ckpt", vocab_cut(w.lm, t, 10), "--out", t / "a"],
      "is damaged: it records 17 characters (ids 1 to 17) but its model has 10 ids; use the run's other checkpoint"),
+    (A, "activation of a checkpoint with one id fewer than its characters need", lambda w, t: [
+        "activation", "--ckpt", vocab_cut(w.lm, t, 17), "--out", t / "a"],
+     "is damaged: it records 17 characters (ids 1 to 17) but its model has 17 ids"),     # (id 0 is padding)
     (A, "lyapunov --text with a byte past the model's ids", lambda w, t: [
         "lyapunov", "--ckpt", vocab_cut(w.deq, t, 100), "--text", "to be", "--out", t / "a"],
      "--text: 't' is id 116, past the model's 100 ids: the run's data changed since training"),
@@ -788,6 +791,8 @@ def test_ctrl_c_or_kill_while_experiments_runs_stops_its_runs_too(tmp_path, sig,
     (MemoryError(), 2, "out of memory"),
     (RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: you tried "
                   "to allocate 1024000000000000 bytes. Error code 12 (Cannot allocate memory)"), 2, "out of memory"),
+    (RuntimeError("MPS backend out of memory (MPS allocated: 17.00 GB, other allocations: 1.00 GB)"), 2,
+     "out of memory"),
     (PermissionError(13, "Permission denied", "/x/y.png"), 2, "/x/y.png"),
     (OSError(28, "No space left on device"), 2, "No space left"),
 ])

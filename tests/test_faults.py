@@ -176,8 +176,9 @@ def test_best_pt_is_the_highest_val_accuracy_and_metrics_json_evaluates_it(lra, 
     fake_val(monkeypatch, [0.1, 0.5, 0.3, 0.5], "acc")      # steps 2, 4, 6, 8: the best is step 4 (a tie is no gain)
     m = run("--data_dir", lra, *TINY, "--max_iters", "8", "--eval_interval", "2", "--out_dir", out)
     best = torch.load(out / "best.pt", map_location="cpu", weights_only=True)
-    assert best["iter"] == 4 and set(best) == {"model_name", "config", "model", "args", "iter", "vocabulary"}   # no
+    assert best["iter"] == 4 and set(best) == {"model_name", "config", "model", "args", "iter", "vocabulary", "cwd"}
     assert best["vocabulary"] is None                        # optimiser; ListOps numbers its own ids: no vocabulary
+    assert best["cwd"] == os.getcwd()                        # (what a relative --data_dir is relative to)
     assert torch.load(out / "ckpt.pt", map_location="cpu", weights_only=True)["best"] == {"step": 4, "val_acc": 0.5}
     assert m["iters"] == 8 and m["best"]["step"] == 4
     assert set(m["best"]) == {"step", "val_loss", "val_acc", "test_loss", "test_acc"}

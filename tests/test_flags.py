@@ -194,13 +194,7 @@ def test_the_memory_bound_is_the_weights_with_adam_and_a_float_per_position_widt
     B, T, d, L = 5, 60, 16, 3
     need = 4 * (weights + B * T * d if eval_only else 4 * weights + B * T * d * L)
     args = type("Args", (), dict(batch_size=B, grad_accum=7, eval_only=eval_only, device="cpu", steps=None, lora_rank=0))
-    for have, refused in ((need, False), (need - 1, True)):
-        monkeypatch.setattr(os, "sysconf", lambda name, have=have: 1 if name == "SC_PAGE_SIZE" else have)
-        if refused:
-            with pytest.raises(config.UsageError, match="needs at least"):
-                config.check_size(args, "simpletron", shape)
-        else:
-            config.check_size(args, "simpletron", shape)
+    fits_exactly(monkeypatch, args, "simpletron", shape, need, "needs at least")
 
 
 @pytest.mark.parametrize("flags, shown", [
@@ -396,6 +390,8 @@ def forkmodel(tmp_path, monkeypatch):
      "its Config field scale is of type float | None; a field is a flag too: bool, int, float or str"),
     (COMMON.replace("    n_head: int = 1\n", ""), {}, True, "its Config has no field n_head (every model's has "
      "vocab_size, block_size, n_layer, n_head, n_embd, dropout, bias, head, n_classes)"),
+    (COMMON.replace("    n_head: int = 1\n", ""), {"n_head": 4}, True, "its Config has no field n_head (every "
+     "model's has"),                                   # (the missing field named first, not the override of it)
     (COMMON, {}, False, "config.FIELD_HELP has no entry 'forkmodel', its fields' help for --help"),
     (COMMON, {"attenton": "softmax"}, True, "config.MODELS sets attenton, which its Config has no field of"),
     (COMMON + "    window: int\n", {}, True, "forkmodel.py line 6 fails on import: TypeError: non-default "
@@ -426,6 +422,50 @@ def test_a_forks_model_that_keeps_the_interface_is_taken(forkmodel, monkeypatch)
     monkeypatch.setitem(config.FIELD_HELP, "forkmodel", {"window": "tokens seen"})
     args, given, names = config.parse_args(["--model", "fork", "--window", "5"])
     assert args.window == 5 and names[-1] == "window" and config.model_module("fork").Config().window == 3
+
+
+REFUSING = ("import dataclasses\n\nimport torch\n\n\n@dataclasses.dataclass\nclass Config:\n" + COMMON +
+            "\n\nclass Model(torch.nn.Module):\n    def __init__(self, config):\n        super().__init__()\n"
+            "        if config.n_embd % 8:\n"
+            "            raise ValueError(f\"n_embd must be a multiple of 8, not {config.n_embd}\")\n"
+            "        assert config.n_head <= 4\n"
+            "        self.w = torch.nn.Linear(config.n_embd, config.n_embd * config.n_layer)\n")
+
+
+@pytest.mark.parametrize("flags, why", [
+    (["--n_embd", "12"], "n_embd must be a multiple of 8, not 12"),
+    (["--n_head", "8"], "assert config.n_head <= 4"),        # (a bare assert: its line)
+])
+def test_a_forks_model_that_refuses_its_settings_is_refused_in_its_own_words_before_any_data(
+        forkmodel, monkeypatch, no_data, tmp_path, flags, why):
+    """A fork's Model(config) with a check of its own (a ValueError, an assert): not the overflow that the memory
+    bound counts as infinitely many weights ("more weights than torch can count"), but the model's own reason."""
+    forkmodel.write_text(REFUSING)
+    monkeypatch.setitem(config.MODELS, "fork", ("forkmodel", {}))
+    monkeypatch.setitem(config.FIELD_HELP, "forkmodel", {})
+    with pytest.raises(config.UsageError) as e:
+        runsetup.settings(["--model", "fork", *flags, "--out_dir", str(tmp_path / "o")])
+    one_line(e, f"model 'fork' refuses these settings: {why}")
+    assert "torch can count" not in str(e.value) and not (tmp_path / "o").exists()
+    args = type("Args", (), dict(batch_size=1, grad_accum=1, eval_only=False, device="cpu", steps=None, lora_rank=0))
+    shape = dict(n_layer=3, n_embd=16, n_head=2)
+    config.check_size(args, "fork", shape)                   # settings it takes: counted
+    with pytest.raises(config.UsageError, match="refuses these settings: n_embd must be a multiple of 8, not 12"):
+        config.check_size(args, "fork", {**shape, "n_embd": 12})
+
+
+def test_a_model_that_refuses_one_or_two_layers_but_takes_the_runs_is_counted_whole(forkmodel, monkeypatch):
+    """The bound counts the weights at 1 and 2 layers; a model that takes 3 and not 1 is counted at its 3."""
+    forkmodel.write_text(REFUSING + "        if config.n_layer < 3:\n"
+                         "            raise ValueError(f\"n_layer must be at least 3, not {config.n_layer}\")\n")
+    monkeypatch.setitem(config.MODELS, "fork", ("forkmodel", {}))
+    monkeypatch.setitem(config.FIELD_HELP, "forkmodel", {})
+    shape = dict(n_layer=3, n_embd=16, n_head=2, block_size=8)
+    need = 4 * (4 * (16 * 48 + 48) + 1 * 8 * 16 * 3)             # a Linear 16 -> 48, trained with Adam; one batch
+    args = type("Args", (), dict(batch_size=1, grad_accum=1, eval_only=False, device="cpu", steps=None, lora_rank=0))
+    fits_exactly(monkeypatch, args, "fork", shape, need, "the training needs at least")
+    with pytest.raises(config.UsageError, match="refuses these settings: n_layer must be at least 3, not 2"):
+        config.check_size(args, "fork", {**shape, "n_layer": 2})
 
 
 def test_a_preset_row_that_names_no_flag_or_field_is_one_line(monkeypatch, tmp_path):
@@ -561,6 +601,38 @@ def test_started_in_is_the_folder_a_relative_out_dir_was_written_from():
     assert config.started_in(None, "/w/x") is None
 
 
+def test_a_relative_data_dir_is_placed_by_the_recorded_folder_whatever_the_out_dir(done, lra, no_data, tmp_path,
+                                                                                    monkeypatch):
+    """A run started in A with --data_dir lra and an absolute --out_dir, which tells nothing of A: its checkpoint's
+    record of the folder it was written from (cwd) places lra, for --resume, --init_from and analyze.py started in
+    B, where another lra/ is. Without that record (an older checkpoint) --resume is refused in one line, not run on
+    B's lra. (It resumed on B's data, silently.)"""
+    import shutil
+    a, b = tmp_path / "A", tmp_path / "B"
+    shutil.copytree(lra, a / "lra")
+    shutil.copytree(lra, b / "lra")                          # another folder of the same name and files
+    out = tmp_path / "abs"
+    edited(done, out, args={"data_dir": "lra", "out_dir": str(out)}, cwd=str(a))
+    monkeypatch.chdir(b)
+    assert runsetup.settings(["--resume", "--out_dir", str(out), "--max_iters", "4"])[0].data_dir == str(a / "lra")
+    args = runsetup.settings(["--init_from", f"{out}/ckpt.pt", "--eval_only", "--out_dir", "e"])[0]
+    assert args.data_dir == str(a / "lra")
+    assert config.load_checkpoint(f"{out}/ckpt.pt")["args"]["data_dir"] == str(a / "lra")     # (analyze.py's read)
+    monkeypatch.chdir(a)                                     # where it was started: as recorded
+    assert runsetup.settings(["--resume", "--out_dir", str(out), "--max_iters", "4"])[0].data_dir == "lra"
+    old = edited(done, tmp_path / "old", args={"data_dir": "lra", "out_dir": str(tmp_path / "old")}, cwd=None)
+    for where in (a, b):                                     # (nothing tells which of them it was started in)
+        monkeypatch.chdir(where)
+        with pytest.raises(config.UsageError) as e:
+            runsetup.settings(["--resume", "--out_dir", str(old), "--max_iters", "4"])
+        one_line(e, f"{old}/ckpt.pt: its run read --data_dir lra relative to the folder it was started in, which",
+                 f"--init_from {old}/ckpt.pt with --task and --data_dir")
+    bad = edited(done, tmp_path / "bad", cwd="A")            # a record that is no absolute folder: damaged
+    with pytest.raises(config.UsageError) as e:
+        config.load_checkpoint(f"{bad}/ckpt.pt")
+    one_line(e, f"{bad}/ckpt.pt is damaged: its record 'cwd'")
+
+
 def test_a_runs_relative_data_dir_is_its_own_from_another_working_folder(done, lra, no_data, tmp_path,
                                                                          monkeypatch, capsys):
     """A run started in A with --data_dir lra --cache_dir c --out_dir r (as typed, relative): --resume and
@@ -585,3 +657,14 @@ def test_a_runs_relative_data_dir_is_its_own_from_another_working_folder(done, l
     with pytest.raises(config.UsageError) as e:
         runsetup.settings(["--init_from", "../A/r/ckpt.pt", "--eval_only", "--out_dir", "e"])
     one_line(e, f"--init_from ../A/r/ckpt.pt: its run read --data_dir {a / 'lra'}, which is not there")
+
+
+def fits_exactly(monkeypatch, args, model, shape, need, words):
+    """check_size takes `need` bytes of memory exactly: a machine of `need` bytes passes, one byte less is refused."""
+    for have, refused in ((need, False), (need - 1, True)):
+        monkeypatch.setattr(os, "sysconf", lambda name, have=have: 1 if name == "SC_PAGE_SIZE" else have)
+        if refused:
+            with pytest.raises(config.UsageError, match=words):
+                config.check_size(args, model, shape)
+        else:
+            config.check_size(args, model, shape)

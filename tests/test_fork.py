@@ -9,6 +9,9 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+import torch
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 MODEL = '''"""A throwaway model: each position predicts the next token from the mean of the embeddings up to it."""
@@ -236,3 +239,179 @@ def test_a_task_that_declares_what_no_model_can_be_built_for_is_refused_when_loa
     for fine in (data.Task("t", "cls", 10, 8, 2), data.Task("t", "lm", 2, 1, 0), data.Task("t", "cls", 10, 8, 10)):
         data.TASKS["onecls"] = fork_loader("tasks.onecls", lambda: fine)
         assert data.load_task("onecls", cache_dir=str(tmp_path)) is fine
+
+
+def forward_loss(monkeypatch, change):
+    """simpletron.Model's forward as a fork's copy may have it: its loss replaced by change(logits, targets, loss)."""
+    import simpletron
+    forward = simpletron.Model.forward
+
+    def forked(self, idx, targets=None):
+        logits, loss = forward(self, idx, targets)
+        return logits, change(logits, targets, loss)
+    monkeypatch.setattr(simpletron.Model, "forward", forked)
+
+
+LOSS_MISTAKES = {   # battery: a fork's forward with targets given, and the loss it returns instead of one number
+    "None": lambda logits, y, loss: None,                                     # `loss = None` left in
+    "per token": lambda logits, y, loss: torch.nn.functional.cross_entropy(   # reduction='none'
+        logits.float(), y, reduction="none"),
+    "a float": lambda logits, y, loss: loss.item(),
+    "no gradient": lambda logits, y, loss: loss.detach(),
+    "integer": lambda logits, y, loss: (logits.argmax(-1) != y).sum(),
+}
+
+
+@pytest.mark.parametrize("mistake", LOSS_MISTAKES)
+def test_a_forks_forward_whose_loss_is_not_one_number_is_one_line_before_the_first_step(mistake, tmp_path,
+                                                                                        monkeypatch, capsys):
+    """Battery: a fork's forward returning loss None with targets given was a TypeError traceback at train_step's
+    `loss / args.grad_accum`; one with reduction='none' a RuntimeError (grad for scalar outputs only). Either is one
+    line naming the model and what its forward must return, before a step is counted or a checkpoint written."""
+    import train
+    from test_train import TINY, run, write_listops
+    lo = write_listops(tmp_path / "lo", 8, seed=1)
+    forward_loss(monkeypatch, LOSS_MISTAKES[mistake])
+    with pytest.raises(train.UsageError) as e:
+        run("--data_dir", lo, *TINY, "--max_iters", "2", "--eval_iters", "1", "--out_dir", tmp_path / "o")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("model simpletron's forward returned (logits, loss) with loss "), msg
+    assert "with targets given, the loss must be a tensor holding one floating-point number with its gradient" in msg
+    assert "docs/architecture.md" in msg
+    assert "step 1" not in capsys.readouterr().out and not (tmp_path / "o" / "ckpt.pt").exists()
+
+
+def test_a_forks_loss_of_one_number_in_a_tensor_of_shape_1_trains(tmp_path, monkeypatch):
+    """A loss of shape (1,) holds one number: backward and .item() take it, and so does the check."""
+    from test_train import TINY, losses, run, write_listops
+    lo = write_listops(tmp_path / "lo", 8, seed=1)
+    forward_loss(monkeypatch, lambda logits, y, loss: None if loss is None else loss.view(1))
+    run("--data_dir", lo, *TINY, "--max_iters", "2", "--eval_iters", "1", "--out_dir", tmp_path / "o")
+    assert sorted(losses(tmp_path / "o")) == [1, 2]
+
+
+@pytest.mark.parametrize("mistake", ["None", "per token", "a float"])
+def test_a_forks_forward_whose_loss_is_not_one_number_is_one_line_in_an_evaluation_alone(mistake, tmp_path,
+                                                                                       monkeypatch, capsys):
+    """--eval_only of a fork's model whose forward returns no loss (or not one number): one line naming the model's
+    file, not a traceback at evaluate's loss.item()."""
+    import train
+    from test_train import TINY, run, write_listops
+    lo = write_listops(tmp_path / "lo", 8, seed=1)
+    run("--data_dir", lo, *TINY, "--max_iters", "1", "--eval_iters", "1", "--out_dir", tmp_path / "o")
+    forward_loss(monkeypatch, LOSS_MISTAKES[mistake])
+    with pytest.raises(train.UsageError) as e:
+        run("--init_from", tmp_path / "o" / "ckpt.pt", "--eval_only", "--data_dir", lo, "--out_dir", tmp_path / "e")
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith("model simpletron's forward returned (logits, loss) with loss "), msg
+    assert not (tmp_path / "e" / "metrics.json").exists()
+
+
+BAD_LOADER = '''"""A fork's task whose loader fails on a file it reads with an ordinary exception, not a DataError."""
+from data import task
+
+
+@task("badread")
+def badread(cache_dir="data", data_dir=None, block_size=8, **_):
+    n = int(open(data_dir).read())
+    return n
+'''
+
+
+def test_a_forks_loader_that_fails_with_an_ordinary_exception_is_one_line_naming_its_file_and_line(
+        monkeypatch, tmp_path, capsys):
+    """A fork's loader raising ValueError on a bad file (int() of "abc") was a 22-line traceback from train.py and
+    from python -m tasks.X: it is one DataError line naming the task, the loader's file, the line there, the error."""
+    import importlib.util
+    import signal
+
+    import data
+    monkeypatch.setattr(data, "TASKS", {})
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # (run_main's handlers: not in pytest's own process)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "badread.py").write_text(BAD_LOADER)
+    (tmp_path / "n.txt").write_text("abc\n")
+    spec = importlib.util.spec_from_file_location("badread", str(tmp_path / "badread.py"))
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "badread", module)
+    spec.loader.exec_module(module)
+    said = ("task 'badread' (badread.py line 7) fails: ValueError: invalid literal for int() with base 10: "
+            "'abc\\n'")
+    with pytest.raises(data.DataError) as e:
+        data.load_task("badread", cache_dir="cache", data_dir="n.txt")
+    assert str(e.value) == said
+    with pytest.raises(SystemExit) as e:                    # python -m tasks.X's entry
+        data.prepare_main("badread", argv=["--data_dir", "n.txt", "--cache_dir", "cache"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err == f"error: {said}\n", err
+    for kept in (data.DataError("bad file"), FileNotFoundError(2, "No such file", "n.txt"), MemoryError(),
+                 RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), KeyboardInterrupt()):
+        def raises(cache_dir="data", kept=kept, **_):
+            raise kept
+        data.TASKS["badread"] = raises
+        with pytest.raises(type(kept)) as e:                # as they were: run_main and train.py say them
+            data.load_task("badread", cache_dir="cache")
+        assert e.value is kept
+
+    def elsewhere(cache_dir="data", **_):                  # as if badread.py's, its error raised outside that file
+        return {}["key"]
+    elsewhere.__module__ = "badread"
+    data.TASKS["badread"] = elsewhere
+    with pytest.raises(data.DataError, match=r"^task 'badread' \(badread\.py\) fails: KeyError: 'key'$"):
+        data.load_task("badread", cache_dir="cache")
+
+
+BAD_SPLIT = '''"""A fork's task whose split loaders fail with an ordinary exception when task.open() loads them."""
+import numpy as np
+
+from data import LMSplit, Task, task
+
+
+@task("badsplit")
+def badsplit(cache_dir="data", data_dir=None, block_size=8, **_):
+    def load():
+        return LMSplit(np.array([int(t) for t in open(data_dir).read().split()]), block_size)
+    return Task("badsplit", "lm", 16, block_size, loaders={"train": load, "val": load})
+'''
+
+
+def test_a_forks_split_loader_that_fails_with_an_ordinary_exception_is_one_line_before_any_step(
+        monkeypatch, tmp_path):
+    """The loader itself was wrapped, not the splits' loaders it returns: one raising ValueError inside task.open()
+    (train.py before its first step; analyze.py and sample.py reading a split) was a traceback. Now one DataError
+    line naming the split, the task, the loader's file and line, as the loader's own failure is."""
+    import importlib.util
+
+    import data
+    import train
+    monkeypatch.setattr(data, "TASKS", {})
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "badsplit.py").write_text(BAD_SPLIT)
+    (tmp_path / "ids.txt").write_text("1 2 3 x 5\n")
+    spec = importlib.util.spec_from_file_location("badsplit", str(tmp_path / "badsplit.py"))
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "badsplit", module)
+    spec.loader.exec_module(module)
+    said = ("the train split of task 'badsplit' (badsplit.py line 10) fails: ValueError: invalid literal for int() "
+            "with base 10: 'x'")
+    task = data.load_task("badsplit", cache_dir="cache", data_dir="ids.txt")      # the loader itself: fine
+    with pytest.raises(data.DataError) as e:
+        task.open()
+    assert str(e.value) == said
+    with pytest.raises(data.DataError) as e:                # an evaluation reads the val split alone
+        data.load_task("badsplit", cache_dir="cache", data_dir="ids.txt").open(training=False)
+    assert str(e.value) == said.replace("train split", "val split")
+    with pytest.raises(data.DataError) as e:                # train.py: before the model, before any step
+        train.main(["--model", "simpletron", "--task", "badsplit", "--data_dir", "ids.txt", "--cache_dir", "cache",
+                    "--max_iters", "1", "--device", "cpu", "--out_dir", "out"])
+    assert str(e.value) == said and not (tmp_path / "out" / "ckpt.pt").exists()
+    (tmp_path / "ids.txt").write_text(" ".join(["3"] * 40))   # the same loaders on good ids: the splits load
+    assert data.load_task("badsplit", cache_dir="cache", data_dir="ids.txt").open() == ["val"]
+    for kept in (data.DataError("bad file"), FileNotFoundError(2, "No such file", "ids.txt"), MemoryError(),
+                 RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")):
+        def raises(kept=kept):
+            raise kept
+        t = data.Task("kept", "lm", 16, 8, loaders={"train": raises})
+        with pytest.raises((type(kept), data.DataError)) as e:     # a bad file: said by reading(), naming it
+            t.open()
+        assert e.value is kept or isinstance(kept, OSError) and "ids.txt" in str(e.value)

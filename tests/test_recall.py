@@ -237,6 +237,28 @@ def test_the_prepare_command_reads_the_splits_plain_files_hold(tmp_path, capsys)
     assert os.listdir(tmp_path) == ["test.txt"]                # (nothing written: no cache either)
 
 
+def test_files_below_the_generators_bounds_are_read(tmp_path, capsys):
+    """--data_dir's files are checked for themselves: the generator's bounds at the default --recall_pairs (4 pairs
+    need --recall_len >= 16 and --recall_vocab >= 10) do not apply to them, so experiments/heldout_recall.py's own
+    files of 2 pairs in a vocabulary of 8 (or 8 tokens) are read, by train.py's loader and the prepare command.
+    (They were refused: 4 pairs need --recall_vocab >= 10, and --recall_pairs is moot with files.)"""
+    for length, folder in ((16, tmp_path / "v8"), (8, tmp_path / "l8")):
+        folder.mkdir()
+        recall.write_examples(str(folder / "test.txt"), *recall.mqar(5, length, 2, 8, seed=1))
+        task = data.load_task("mqar", cache_dir=str(tmp_path / "c"), data_dir=str(folder), recall_vocab=8,
+                              recall_len=length)
+        task.open(training=False)
+        assert (task.vocab_size, task.block_size, len(task.split("test"))) == (8, length, 5)
+    capsys.readouterr()
+    data.prepare_main("tasks.recall", argv=["--task", "mqar", "--data_dir", str(tmp_path / "l8"), "--recall_vocab",
+                                            "8", "--cache_dir", str(tmp_path / "c")])
+    assert capsys.readouterr().out.startswith("mqar: test 5 examples")
+    with pytest.raises(data.DataError, match="id 7 is outside 1 .. 6"):    # the files' ids still checked
+        data.load_task("mqar", cache_dir=str(tmp_path / "c"), data_dir=str(tmp_path / "v8"), recall_vocab=7)
+    with pytest.raises(data.DataError, match="--recall_vocab 1: "):        # no id fits: refused as a setting
+        data.load_task("mqar", cache_dir=str(tmp_path / "c"), data_dir=str(tmp_path / "v8"), recall_vocab=1)
+
+
 def test_files_of_different_lengths_are_refused_with_each_length(tmp_path):
     recall.write_examples(str(tmp_path / "train.txt"), *recall.mqar(20, 16, 2, 16, seed=1))    # 20 rows of 16
     recall.write_examples(str(tmp_path / "val.txt"), *recall.mqar(3, 32, 2, 16, seed=2))       # 3 rows of 32
