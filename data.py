@@ -42,7 +42,7 @@ agnews, a Hugging Face BERT folder: BERT's WordPiece, [CLS] text [SEP] in BERT's
 Everything derived is cached under --cache_dir (written atomically, checked against its manifest before every
 use, rebuilt when damaged or when any source file changes) and every split is one fixed, deterministic draw
 (independent of --seed, as ListOps: every run of a task is evaluated on the same examples). Where a release
-has no validation split (IMDb, AG News), val is held out of train (hold_out_val), never the test split. Bad or
+has no validation split (IMDb, AG News), val is held out of train (tasks/text.py), never the test split. Bad or
 missing data fails at once with a DataError: one line naming the file (and line) or the task, what is wrong
 and what to do (docs/tasks.md).
 """
@@ -155,12 +155,12 @@ def loader_call(what, fn, *args, **kw):
         raise DataError(loader_failure(what, fn, e)) from None
 
 
-def loader_failure(what, fn, e):
-    """`what` (a task, a split) failed with `e` in its loader fn, an exception of no bad file: one line naming it, the
-    loader's file, the line in that file where it failed (its innermost frame there), and the error."""
-    origin = getattr(sys.modules.get(fn.__module__), "__file__", None) or getattr(
+def loader_failure(what, fn, e, module=None):
+    """`what` (a task, a split, a model's forward) failed with `e` in fn, an exception of no bad file: one line naming
+    it, fn's file (or `module`'s), the line in that file where it failed (its innermost frame there), and the error."""
+    where = module or fn.__module__
+    origin = getattr(sys.modules.get(where), "__file__", None) or getattr(
         getattr(fn, "__code__", None), "co_filename", None)
-    where = fn.__module__
     if origin:
         same = os.path.normcase(os.path.realpath(origin))
         lines = [f.lineno for f in traceback.extract_tb(e.__traceback__)
@@ -442,6 +442,7 @@ class Task:
     sources: dict = field(default_factory=dict, repr=False)  # split name -> the file it is read from (messages)
     meta: dict = field(default_factory=dict, repr=False)     # a cache's meta.json: e.g. the characters of char ids
     _splits: dict = field(default_factory=dict, repr=False)
+    MAP_CHUNK = 1 << 24      # values of a mapped file read at a time when its largest is sought (mapped_top)
 
     def split(self, name):
         if name not in self._splits:
@@ -466,19 +467,71 @@ class Task:
         return (self.meta or {}).get("chars") or (self.meta or {}).get("words")
 
     def check(self, name, split, source):
-        """A loaded split, checked: a classification split has examples, and labels below n_classes; the token ids
-        of one held in memory (a fork's task) are below vocab_size. (The ids of a cached file are in range by
-        construction; language-model splits check their windows; generated splits need nothing.)"""
+        """A loaded split, checked: a split (what train.py calls on one), with examples; a classification split's labels
+        below n_classes; the token ids it holds (in memory, or a mapped file's, read unless a task did: ids_checked)
+        below vocab_size; the first batch it gives by sample and by batches fitting the task (check_batch)."""
+        api = ("sample", "batches", "tokens_in", "subset", "__len__")
+        if not isinstance(split, ShardedSplit) and not all(callable(getattr(split, m, None)) for m in api):
+            raise DataError(f"the {name} split of task {self.name!r} (its loader in "
+                            f"{getattr(self.loaders[name], '__module__', '?')}) returned {one_line(repr(split), 60)}, "
+                            "not a split: return a data.LMSplit, ClassificationSplit or AnswerSplit (or an object "
+                            f"with {', '.join(api)})")
+        if not len(split):
+            raise DataError(f"{source} gives no examples for the {name} split of {self.name}")
         if isinstance(split, ClassificationSplit):
-            if not len(split):
-                raise DataError(f"{source} gives no examples for the {name} split of {self.name}")
             check_labels(split.labels, self.n_classes, f"{source} ({name} split)")
         ids = {ClassificationSplit: "tokens", AnswerSplit: "x", LMSplit: "stream"}.get(type(split))
-        ids = None if ids is None or isinstance(getattr(split, ids), np.memmap) else np.asarray(getattr(split, ids))
-        if ids is not None and ids.size and (top := int(ids.max()) + getattr(split, "offset", 0)) >= self.vocab_size:
-            raise DataError(f"{source} ({name} split) holds token id {top}, and task {self.name}'s vocab_size is "
-                            f"{self.vocab_size} (ids 0 to {self.vocab_size - 1}, 0 the padding): count every id")
+        ids = None if ids is None or getattr(split, "ids_checked", False) else getattr(split, ids)
+        mapped, cache = isinstance(ids, np.memmap), os.path.dirname(getattr(ids, "filename", None) or "")
+        top = -1 if ids is None or not np.size(ids) else self.mapped_top(ids) if mapped else int(np.max(ids))
+        if top + getattr(split, "offset", 0) >= self.vocab_size:
+            raise DataError(f"{ids.filename if mapped else source} ({name} split) holds token id "
+                            f"{top + getattr(split, 'offset', 0)}, and task {self.name}'s vocab_size is "
+                            f"{self.vocab_size} (ids 0 to {self.vocab_size - 1}, 0 the padding): " + (
+                                f"a damaged cache: delete {cache} to rebuild it" if mapped and os.path.isfile(
+                                    os.path.join(cache, MANIFEST)) else "count every id"))
+        for how in () if isinstance(split, ShardedSplit) else ("sample", "batches"):   # (ours, made when needed)
+            self.check_batch(name, split, how)
         return split
+
+    @staticmethod
+    def mapped_top(a):
+        """The largest value of a memory-mapped array, read MAP_CHUNK values at a time through a map of its own."""
+        flat, n = reopened(a).reshape(-1), Task.MAP_CHUNK
+        return max((int(flat[i:i + n].max()) for i in range(0, flat.size, n)), default=-1)
+
+    def check_batch(self, name, split, how):
+        """The first batch of split.sample(2, a generator of its own) or split.batches(2), drawn as a loader is called,
+        checked: (x, y) int64 tensors, x (B, L) or (B, 2, L), L <= block_size, ids below vocab_size; y as x (lm: ids
+        or -1) or (B,) (labels below n_classes)."""
+        def first():
+            return split.sample(2, np.random.default_rng(0)) if how == "sample" else next(iter(split.batches(2)))
+        first.__module__ = type(split).__module__            # (the failure's file and line: the split's)
+        what = f"the first batch of the {name} split of task {self.name!r} ({how})"
+        batch, lm, pair = loader_call(what, first), self.kind == "lm", self.kind == "match"
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2 and all(torch.is_tensor(t) for t in batch)):
+            kinds = f" of {', '.join(type(t).__name__ for t in batch)}" if isinstance(batch, (tuple, list)) else ""
+            raise DataError(f"{what} is a {type(batch).__name__}{kinds}, not (x, y), two torch tensors")
+        (x, y), (lo, hi) = batch, (-1, self.vocab_size) if lm else (0, self.n_classes)
+        if x.dtype != torch.int64 or y.dtype != torch.int64:
+            problem = f"has x of {x.dtype} and y of {y.dtype}: both must be torch.int64"
+        elif x.dim() != 2 + pair or not len(x) or how == "sample" and len(x) != 2 or pair and x.shape[1] != 2 or not (
+                1 <= x.shape[-1] <= self.block_size):
+            problem = (f"has x of shape {tuple(x.shape)}: it should be ({'B, 2, L' if pair else 'B, L'}) with B = "
+                       f"{2 if how == 'sample' else 'the examples'} and L from 1 to block_size {self.block_size}")
+        elif y.shape != (x.shape if lm else x.shape[:1]):
+            problem = f"has y of shape {tuple(y.shape)} for x of shape {tuple(x.shape)}: " + (
+                "a language model's targets are x's shape" if lm else "a classifier's labels are (B,)")
+        elif x.min() < 0 or x.max() >= self.vocab_size:
+            problem = (f"holds token id {(x.min() if x.min() < 0 else x.max()).item()}, and task {self.name}'s "
+                       f"vocab_size is {self.vocab_size} (ids 0 to {self.vocab_size - 1})")
+        elif y.min() < lo or y.max() >= hi:
+            bad = (y.min() if y.min() < lo else y.max()).item()
+            problem = (f"holds target {bad}: targets are ids 0 to {hi - 1}, or -1 (none)" if lm else
+                       f"holds label {bad}, and task {self.name} has {hi} classes (labels 0 to {hi - 1})")
+        else:
+            return
+        raise DataError(f"{what} {problem}")
 
     def open(self, training=True):
         """Load and check, before any work, every split a run uses, so that a missing or bad file fails now
@@ -488,9 +541,8 @@ class Task:
         names = [s for s in ("train", "val", "test") if self.has(s) or s in self.missing]
         if not training:
             names = [s for s in names if s != "train"]
-            for s in names:
-                if s in self.missing:
-                    print(f"{self.missing[s]}: evaluating without a {s} split", flush=True)
+            for s in [s for s in names if s in self.missing]:
+                print(f"{self.missing[s]}: evaluating without a {s} split", flush=True)
             names = [s for s in names if self.has(s)]
             if not names:
                 raise DataError(f"{self.name}: no val or test split to evaluate ({'; '.join(self.missing.values())})")
@@ -927,26 +979,6 @@ def check_labels(labels, n_classes, source):
         raise DataError(f"{source}: label {y[bad[0]].tolist()!r} of example {bad[0]} is not an integer "
                         f"0-{n_classes - 1}")
     return y.astype(np.uint8)
-
-
-# Releases without a validation split of their own (IMDb for text and imdb, AG News): val is held out of train
-VAL_FRACTION, VAL_SEED = 0.05, 1729
-
-
-def hold_out_val(splits, source):
-    """{"train": (texts, labels), "test": ...} -> the same with "val": a fixed random 5% of the training examples
-    (at least one; one draw, whatever --seed, so every run is validated on the same examples), taken out of
-    train. Both keep the release's order; test stays the test split."""
-    texts, labels = splits["train"]
-    n = len(labels)
-    if n < 2:
-        raise DataError(f"{source}: {n} training example(s), too few to hold out a validation split")
-    val = np.zeros(n, bool)
-    val[np.random.default_rng(VAL_SEED).permutation(n)[:max(1, round(VAL_FRACTION * n))]] = True
-
-    def pick(take):
-        return [t for t, v in zip(texts, val) if v == take], [y for y, v in zip(labels, val) if v == take]
-    return {**splits, "train": pick(False), "val": pick(True)}
 
 
 def save_arrays(folder, split, **arrays):

@@ -166,9 +166,11 @@ def lm_bin_task(name, folder, block_size, splits, sources=None):
             raise ValueError
         if "chars" in meta and not (isinstance(meta["chars"], str) and len(meta["chars"]) + 1 == vocab_size):
             raise ValueError                                 # (a char cache's: id i + 1 for chars[i])
-    except (TypeError, KeyError, ValueError):
-        raise DataError(f"{os.path.join(folder, 'meta.json')}: expected {{\"vocab_size\": N, \"dtype\": \"uint16\"}}"
-                        f" (and \"chars\": N - 1 characters, if any){hint}") from None
+    except (TypeError, KeyError, ValueError, OverflowError):  # (OverflowError: a vocab_size of 1e400, infinite)
+        got = ", ".join(f"{json.dumps(k)}: {json.dumps(meta[k])}" for k in ("vocab_size", "dtype")
+                        if isinstance(meta, dict) and k in meta)
+        raise DataError(f"{os.path.join(folder, 'meta.json')}: {got + ': ' if got else ''}expected {{\"vocab_size\": "
+                        f"N, \"dtype\": \"uint16\"}} (and \"chars\": N - 1 characters, if any){hint}") from None
     sources = sources or {s: os.path.join(folder, f"{s}.bin") for s in splits}
     loaders = {s: (lambda s=s, source=sources[s]: LMSplit(load_bin(os.path.join(folder, f"{s}.bin"), dtype),
                                                           block_size, source)) for s in splits}
@@ -284,7 +286,9 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
         def load(s):                                         # train.bin is checked when it is used
             with reading(sources[s]):
                 check_ids(sources[s], dtype, vocab, whose, os.path.join(cache_dir, "openwebtext", "checked"))
-                return LMSplit(load_bin(sources[s], dtype), block_size, sources[s])
+                split = LMSplit(load_bin(sources[s], dtype), block_size, sources[s])
+                split.ids_checked = True                     # (so data.Task.check does not read it again)
+                return split
         load("val")                                          # small: a wrong --tokenizer fails at once
         return Task("openwebtext", "lm", vocab, block_size, 0, {s: (lambda s=s: load(s)) for s in sources},
                     sources=sources, meta=meta or {})

@@ -7,7 +7,7 @@ Sci/Tech). The text is title + " " + description, as Hugging Face's ag_news; BPE
 A folder with test.csv only (e.g. the copy some mirrors ship) trains on its first 6,000 rows (or 80%,
 if it has fewer than 7,500) and tests on the rest.
 Neither release has a validation split: val is a fixed 5% of the training examples, held out of train
-(data.hold_out_val: IMDb 1,250 of 25,000, AG News 6,000 of 120,000); test is the release's test split.
+(hold_out_val: IMDb 1,250 of 25,000, AG News 6,000 of 120,000); test is the release's test split.
 """
 
 import csv
@@ -17,9 +17,29 @@ import os
 import numpy as np
 
 import bert
-from data import (DataError, cached_dir, check_labels, cls_task, hold_out_val, id_dtype, load_json, one_line,
-                  prepare_main, reading, read_text, release, save_arrays, save_json, source_key, task)
+from data import (DataError, cached_dir, check_labels, cls_task, id_dtype, load_json, one_line, prepare_main,
+                  reading, read_text, release, save_arrays, save_json, source_key, task)
 from tasks.sources import check_tokenizer, encode_batch, get_tokenizer, hf_columns, hf_split, load_hf
+
+
+# Releases without a validation split of their own (IMDb for text and imdb, AG News): val is held out of train
+VAL_FRACTION, VAL_SEED = 0.05, 1729
+
+
+def hold_out_val(splits, source):
+    """{"train": (texts, labels), "test": ...} -> the same with "val": a fixed random 5% of the training examples
+    (at least one; one draw, whatever --seed, so every run is validated on the same examples), taken out of
+    train. Both keep the release's order; test stays the test split."""
+    texts, labels = splits["train"]
+    n = len(labels)
+    if n < 2:
+        raise DataError(f"{source}: {n} training example(s), too few to hold out a validation split")
+    val = np.zeros(n, bool)
+    val[np.random.default_rng(VAL_SEED).permutation(n)[:max(1, round(VAL_FRACTION * n))]] = True
+
+    def pick(take):
+        return [t for t, v in zip(texts, val) if v == take], [y for y, v in zip(labels, val) if v == take]
+    return {**splits, "train": pick(False), "val": pick(True)}
 
 
 def bpe_rows(enc, texts, length, chunk=4096):

@@ -452,10 +452,10 @@ def imdb_dict():
 
 def release_order(task):
     """(x, y) of a task's train and val splits together, back in the release's order (val is held out of train by
-    data.hold_out_val, tested below)."""
+    text.hold_out_val, tested below)."""
     (xt, yt), (xv, yv) = batch_of(task.split("train")), batch_of(task.split("val"))
     n = len(yt) + len(yv)
-    parts = data.hold_out_val({"train": (list(range(n)), [0] * n)}, "t")
+    parts = text.hold_out_val({"train": (list(range(n)), [0] * n)}, "t")
     x, y = torch.zeros((n, max(xt.shape[1], xv.shape[1])), dtype=xt.dtype), torch.zeros(n, dtype=yt.dtype)
     for (idx, _), xs, ys in ((parts["train"], xt, yt), (parts["val"], xv, yv)):
         x[idx, :xs.shape[1]], y[idx] = xs, ys
@@ -468,7 +468,7 @@ def test_val_is_held_out_of_train():
     for n in (2, 3, 20, 101, 25_000, 120_000):
         texts, labels = [f"doc {i}" for i in range(n)], [i % 3 for i in range(n)]
         test = (["t"], [1])
-        out = data.hold_out_val({"train": (texts, labels), "test": test}, "x")
+        out = text.hold_out_val({"train": (texts, labels), "test": test}, "x")
         (tt, tl), (vt, vl) = out["train"], out["val"]
         assert out["test"] is test and len(vt) == max(1, round(0.05 * n)) and len(tt) + len(vt) == n
         assert not set(tt) & set(vt) and set(tt) | set(vt) == set(texts)                  # disjoint, drawn from train
@@ -476,13 +476,13 @@ def test_val_is_held_out_of_train():
         for part in (tt, vt):                                                           # the release's order
             assert [index[t] for t in part] == sorted(index[t] for t in part)
         assert tl == [labels[index[t]] for t in tt] and vl == [labels[index[t]] for t in vt]   # labels follow
-        assert data.hold_out_val({"train": (texts, labels)}, "x")["val"] == out["val"]       # deterministic
-    assert (len(out["val"][0]), len(data.hold_out_val({"train": (texts[:25_000], labels[:25_000])}, "x")["val"][0])) \
+        assert text.hold_out_val({"train": (texts, labels)}, "x")["val"] == out["val"]       # deterministic
+    assert (len(out["val"][0]), len(text.hold_out_val({"train": (texts[:25_000], labels[:25_000])}, "x")["val"][0])) \
         == (6_000, 1_250)                                                               # AG News, IMDb
     spread = [int(t.split()[1]) for t in out["val"][0]]
     assert min(spread) < 6_000 and max(spread) > 114_000                                # drawn over the whole split
     with pytest.raises(data.DataError, match="x: 1 training example"):
-        data.hold_out_val({"train": (["a"], [0])}, "x")
+        text.hold_out_val({"train": (["a"], [0])}, "x")
 
 
 def test_text_task_bytes(tmp_path, hf):
