@@ -716,15 +716,37 @@ TOO_LARGE = re.compile(r"overflow|too big|maximum (possible|allowed) size", re.I
 
 def build_model(model_name, config_dict):
     """The model of these settings; a ValueError or AssertionError of its own Model(config) (a fork's check of its
-    settings, say) one Refusal line with its message, as check_config makes a Config's one UsageError line."""
+    settings, say) one Refusal line with its message, as check_config makes a Config's one UsageError line; another
+    error of its code (a fork's KeyError, say) one line naming its file and line. Sizes past what torch can hold, and
+    on the meta device what meta cannot build, are raised as they are (count_weights judges them)."""
     model_config = check_config(model_name, config_dict, values=False)
     try:
         return model_module(model_name).Model(model_config)
-    except (ValueError, AssertionError) as e:
-        if isinstance(e, ValueError) and TOO_LARGE.search(str(e)):
+    except Exception as e:
+        on_meta = torch.get_default_device().type == "meta"
+        if (isinstance(e, (OverflowError, MemoryError)) or data.out_of_memory(e) or isinstance(e, UsageError)
+                or isinstance(e, (ValueError, RuntimeError, TypeError)) and TOO_LARGE.search(str(e))
+                or on_meta and isinstance(e, (RuntimeError, TypeError))):
             raise
+        if not isinstance(e, (ValueError, AssertionError)):
+            raise Refusal(data.loader_failure(f"model {model_name!r}: Model(config)", model_module(model_name).Model,
+                                              e)) from None
         why = str(e) or f"assert {(traceback.extract_tb(e.__traceback__)[-1].line or '').removeprefix('assert ')}"
         raise Refusal(f"model {model_name!r} refuses these settings: {data.one_line(why, 200)}") from None
+
+
+def model_call(model_name, what, fn, *args, **kw):
+    """fn(*args, **kw), a call into a model's code (its forward, generate, a fork's): an ordinary exception it raises
+    (not running out of memory, not a line of ours) one Refusal line naming the model's file and line there."""
+    try:
+        return fn(*args, **kw)
+    except (UsageError, data.DataError, MemoryError):
+        raise
+    except Exception as e:
+        if data.out_of_memory(e):
+            raise
+        raise Refusal(data.loader_failure(f"model {model_name!r}: {what}", fn, e,
+                                          model_module(model_name).__name__)) from None
 
 
 def check_vocabulary(trained, now, task_name):

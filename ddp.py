@@ -94,23 +94,25 @@ def build_every_split(task, eval_only, n_train):
             getattr(split, "full", lambda: None)()
 
 
-def unused_parameters(model, x, y, autocast):
-    """The trainable parameters that a training step leaves without a gradient (DDP must be told of them)."""
+def unused_parameters(model, x, y, autocast, forward=None):
+    """The trainable parameters that a training step leaves without a gradient (DDP must be told of them).
+    forward(model, x, y): the steps' own call of the model (train.py's, checked); None: model(x, y)."""
     with autocast:
-        _, loss = model(x, y)
+        _, loss = forward(model, x, y) if forward else model(x, y)
     loss.backward()
     unused = [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
     model.zero_grad(set_to_none=True)
     return unused
 
 
-def training_model(model, train, args, dist, autocast):
-    """What the steps call: the model, compiled by --compile, in DistributedDataParallel under torchrun."""
+def training_model(model, train, args, dist, autocast, forward=None):
+    """What the steps call: the model, compiled by --compile, in DistributedDataParallel under torchrun (forward: as
+    unused_parameters')."""
     train_model = torch.compile(model) if args.compile else model
     if dist.on:     # DDP averages the gradients over the processes; told of parameters a step leaves unused
         x, y = (dist.share(t).to(dist.device)
                 for t in train.sample(args.batch_size * dist.world, np.random.default_rng(0)))
-        unused = dist.sum(len(unused_parameters(model, x, y, autocast)))[0]
+        unused = dist.sum(len(unused_parameters(model, x, y, autocast, forward)))[0]
         train_model = torch.nn.parallel.DistributedDataParallel(
             train_model, device_ids=[torch.cuda.current_device()] if dist.device == "cuda" else None,
             find_unused_parameters=unused > 0)

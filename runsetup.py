@@ -105,11 +105,10 @@ def check_run_record(ckpt, out_dir):
     if not (isinstance(opt, dict) and isinstance(opt.get("state"), dict) and isinstance(opt.get("param_groups"), list)):
         raise UsageError(f"{out_dir}/ckpt.pt: its optimizer state is damaged (no 'state' or 'param_groups'); start "
                          "a new run, or --init_from it in another --out_dir")
-    moments = [t for s in opt["state"].values() if isinstance(s, dict) for t in s.values()
-               if torch.is_tensor(t) and t.is_floating_point()]
-    if not all(torch.isfinite(t).all() for t in moments):    # (Adam's moments: a nan would reach every weight)
-        raise UsageError(f"{out_dir}/ckpt.pt: its optimizer state holds a value that is not finite (damaged); start a "
-                         "new run, or --init_from it in another --out_dir")
+    problem = adam_problem([s for s in opt["state"].values() if isinstance(s, dict)], ckpt["iter"])
+    if problem:
+        raise UsageError(f"{out_dir}/ckpt.pt: its optimizer state {problem} (damaged); start a new run, or --init_from "
+                         "it in another --out_dir")
     path = os.path.join(out_dir, "best.pt")
     # a best.pt there is checked, whether or not ckpt.pt records a best: the next evaluation writes over it
     if data.file_problem(path) == "does not exist":
@@ -124,6 +123,23 @@ def check_run_record(ckpt, out_dir):
     if other["model_name"] != ckpt["model_name"] or fixed(other["config"]) != fixed(ckpt["config"]) or not ours:
         raise UsageError(f"{path} holds another run's weights (a {other['model_name']} model), not this "
                          f"{ckpt['model_name']} run's: move it out of {out_dir}, then --resume again")
+
+
+def adam_problem(states, steps):
+    """What is wrong with AdamW's state of each weight (a dict) after `steps` steps, or None: a value that is not finite
+    (a nan would reach every weight), a second moment below 0 (its square root: nan), a step count that is no whole
+    number 1 .. steps (a weight's steps: float16's skipped ones and those without a gradient are not counted)."""
+    for s in states:
+        if not all(torch.isfinite(t).all() for t in s.values() if torch.is_tensor(t) and t.is_floating_point()):
+            return "holds a value that is not finite"
+        sq = s.get("exp_avg_sq")
+        if torch.is_tensor(sq) and (sq < 0).any():
+            return f"holds a second moment (exp_avg_sq) below 0 ({sq.min().item():g})"
+        step = s.get("step")
+        step = step.item() if torch.is_tensor(step) and step.numel() == 1 else step
+        if not (data.finite(step) and step == int(step) and 1 <= step <= steps):
+            return f"holds a weight's step count {data.one_line(repr(step), 30)}, not a whole number 1 .. {steps}"
+    return None
 
 
 def scaler_fine(record):

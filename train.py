@@ -49,7 +49,7 @@ import data  # noqa: E402  (data first: it loads torch, and a TORCH_* setting to
 import torch  # noqa: E402
 import rundir  # noqa: E402
 import simpletron  # noqa: E402
-from config import TASK_FLAGS, UsageError, load_checkpoint, machine, unused_fields  # noqa: E402
+from config import TASK_FLAGS, UsageError, load_checkpoint, machine, model_call, unused_fields  # noqa: E402
 from ddp import Distributed, build_every_split, step_seed, training_model  # noqa: E402
 from measure import keep_freed_memory  # noqa: E402
 from runsetup import (build_run_model, check_best_record, check_prefixes, fit_to_task, load_weights,  # noqa: E402
@@ -111,11 +111,12 @@ def answer_counts(logits, y):
 
 @torch.no_grad()
 def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=1234, dist=None, progress=None,
-             stop=None):
+             stop=None, name=None):
     """Loss and accuracy (cls, match) or perplexity (lm) over a split, or over max_batches fixed batches.
     dist (torchrun): each process evaluates its share of every batch of batch_size and the sums are added over
     the processes, so the metrics are one process's with that batch. progress: title of a progress bar.
-    stop: a CtrlC; None (on every process) if it was asked to stop between two batches."""
+    stop: a CtrlC; None (on every process) if it was asked to stop between two batches. name: the model's, in
+    config.MODELS (its forward's failure: one line naming its file)."""
     model.eval()
     if max_batches is None or max_batches * batch_size >= len(split):   # (a sample as large as the split: all of it)
         batches, n_batches = split.batches(batch_size), -(-len(split) // batch_size)
@@ -135,9 +136,9 @@ def evaluate(model, split, batch_size, device, autocast, max_batches=None, seed=
             if not len(y):                                   # a last batch with fewer examples than processes
                 continue
         x, y = x.to(device), y.to(device)
-        with autocast:                                       # (a fork's model under DDP or compiled: its file)
-            logits, loss = forward_output(model(x, y), type(getattr(model, "_orig_mod", getattr(
-                model, "module", model))).__module__, grad=False)
+        with autocast:                                       # (name None: a model config.MODELS lacks, a test's)
+            out = model_call(name, "forward", model, x, y) if name else model(x, y)
+            logits, loss = forward_output(out, name or type(model).__module__, y, grad=False)
         n = y.numel()
         if answers:                                          # the loss is the mean over the answers
             right, n, right_ex, n_ex = answer_counts(logits, y)
@@ -288,20 +289,35 @@ def loss_problem(loss, grad=True):
         "torch.no_grad)"
 
 
-def forward_output(out, name, grad=True):
+def forward_output(out, name, targets=None, grad=True):
     """A forward's (logits, loss), held to the interface docs/architecture.md gives a model (a fork's model may break
-    it): a pair, its loss a tensor of one floating-point number, with its gradient when training (grad). Attribute
-    reads only (no device sync): checked at every micro-batch before the backward, so before the first step is
-    counted, and at every batch of an evaluation."""
+    it): a pair, its logits floating-point scores of the targets' shape and one more dimension (classes or tokens;
+    given no targets, unchecked), its loss a tensor of one floating-point number, with its gradient when training
+    (grad). Attribute reads only (no device sync): checked at every micro-batch before the backward, so before the
+    first step is counted, and at every batch of an evaluation."""
     if not (isinstance(out, tuple) and len(out) == 2):   # (a fork's model: the interface is nanoGPT's)
         raise UsageError(f"model {name}'s forward returned {type(out).__name__}, not (logits, loss): "
                          "return both, as docs/architecture.md says")
-    problem = loss_problem(out[1], grad)
+    logits, loss = out
+    problem = loss_problem(loss, grad)
     if problem:
         raise UsageError(f"model {name}'s forward returned (logits, loss) with loss {problem}: with targets given, "
                          "the loss must be a tensor holding one floating-point number with its gradient (the batch's "
                          "mean, as F.cross_entropy returns it), as docs/architecture.md says")
+    if targets is not None and not (isinstance(logits, torch.Tensor) and logits.is_floating_point()
+                                    and logits.shape[:-1] == targets.shape):
+        shown = (f"a tensor of {logits.dtype} of shape {tuple(logits.shape)}" if isinstance(logits, torch.Tensor)
+                 else "None" if logits is None else f"a {type(logits).__name__}, not a tensor")
+        raise UsageError(f"model {name}'s forward returned (logits, loss) with logits {shown}: for targets of shape "
+                         f"{tuple(targets.shape)} the logits must be a floating-point tensor of shape "
+                         f"({', '.join(map(str, [*targets.shape, 'V']))}): V scores (classes or tokens) a target, as "
+                         "docs/architecture.md says")
     return out
+
+
+def checked_forward(model, x, y, name):
+    """model(x, y) in training: a failure of the model's code, or an output that breaks the interface, one line."""
+    return forward_output(model_call(name, "forward", model, x, y), name, y)
 
 
 def train_step(run, train_model, train, kind, it):
@@ -329,7 +345,7 @@ def train_step(run, train_model, train, kind, it):
         last = micro == args.grad_accum - 1                  # DDP: gradients averaged after the last micro-batch
         with contextlib.nullcontext() if last or not dist.on else train_model.no_sync():
             with run.autocast:
-                logits, loss = forward_output(train_model(x, y), args.model)
+                logits, loss = checked_forward(train_model, x, y, args.model)
             run.scaler.scale(loss / args.grad_accum).backward()   # (float16: times the scale)
         loss_sum += loss.item() / args.grad_accum
         if logits.dim() == 2:
@@ -373,7 +389,7 @@ def evaluate_during_training(run, task, it, ctrl_c):
     curves. False if Ctrl-C stopped it."""
     args, dist, split = run.args, run.dist, task.split("val")
     m = evaluate(run.model, split, args.batch_size * dist.world, dist.device, run.autocast, args.eval_iters,
-                 dist=dist, stop=ctrl_c)
+                 dist=dist, stop=ctrl_c, name=args.model)
     if m is None:
         return False
     lm = isinstance(split, data.LMSplit)
@@ -442,7 +458,7 @@ def whole_splits(model, task, args, dist, autocast, ctrl_c, label=""):
     for split in ("val", "test"):
         if task.has(split):
             m = evaluate(model, task.split(split), args.batch_size * dist.world, dist.device, autocast, dist=dist,
-                         progress=f"evaluating {label}{split}" if dist.master else None, stop=ctrl_c)
+                         progress=f"evaluating {label}{split}" if dist.master else None, stop=ctrl_c, name=args.model)
             if m is None:
                 raise Interrupted(f"{ctrl_c.said} while evaluating {split} (no metrics.json)", ctrl_c.status)
             print(f"{label}{split}: {fmt(m)}")
@@ -493,7 +509,8 @@ def model_line(args, dist, model):
 def train_session(args, dist, folder, train, task, model, ckpt, autocast, scaler, t_start):
     """Training from step 0 or from the checkpoint's step with its optimiser's state, then the final evaluation;
     Ctrl-C or SIGTERM stops it between two steps (Interrupted)."""
-    train_model = training_model(model, train, args, dist, autocast)
+    train_model = training_model(model, train, args, dist, autocast,
+                                 lambda m, x, y: checked_forward(m, x, y, args.model))
     optimizer = make_optimizer(model, args, args.device)
     start = restore_optimizer(optimizer, scaler, ckpt, args.out_dir)
     run = Run(args, dist, autocast, scaler, model, optimizer, folder, t_start, ckpt)
@@ -534,9 +551,11 @@ def main(argv=None):
         rank, world = (os.environ.get(k, "(unset)") for k in ("RANK", "WORLD_SIZE"))
         raise UsageError(f"RANK={rank} with WORLD_SIZE={world}: a process's rank is 0 .. WORLD_SIZE - 1 (torchrun sets "
                          "both); unset them, or start the run with torchrun")
-    if "RANK" in os.environ and not (os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT", "").isdigit()):
-        raise UsageError("RANK is set but MASTER_ADDR or MASTER_PORT (a port number) is not: torchrun sets all "
-                         "three; unset RANK and WORLD_SIZE, or start the run with torchrun")
+    addr, port = (os.environ.get(k, "") for k in ("MASTER_ADDR", "MASTER_PORT"))
+    if "RANK" in os.environ and not (addr and re.fullmatch(r"[0-9]{1,5}", port) and 1 <= int(port) <= 65535):
+        raise UsageError(f"RANK is set but MASTER_ADDR or MASTER_PORT (a port number 1 .. 65535) is not (MASTER_ADDR="
+                         f"{data.one_line(repr(addr), 60)}, MASTER_PORT={data.one_line(repr(port), 20)}): torchrun "
+                         "sets all three; unset RANK and WORLD_SIZE, or start the run with torchrun")
     args, typed, source, ckpt, pretrained, config_dict = settings(sys.argv[1:] if argv is None else argv, __doc__)
     dist = Distributed(args.device)                          # torchrun's processes, or this one alone
     if ckpt is not None and ckpt.get("world_size", 1) != dist.world and "batch_size" not in typed:

@@ -474,6 +474,13 @@ def edit_ckpt(path, **change):
     torch.save(ckpt, path)
 
 
+def adam_state(ckpt, **change):
+    """ckpt's optimiser state with the first weight's values changed: name=fn(value)."""
+    opt = ckpt["optimizer"]
+    first = {k: change[k](v) if k in change else v for k, v in opt["state"][0].items()}
+    return {**opt, "state": {**opt["state"], 0: first}}
+
+
 @pytest.mark.parametrize("change,words", [
     (dict(best="garbage"), "its record 'best' is damaged ('garbage')"),
     (dict(best=lambda c: {**c["best"], "step": 3}), "its record 'best' is damaged"),      # past the checkpoint
@@ -492,6 +499,14 @@ def edit_ckpt(path, **change):
     (dict(optimizer=lambda c: {**c["optimizer"], "state": {**c["optimizer"]["state"], 0: {
         k: v.clone().fill_(float("nan")) if k == "exp_avg_sq" else v for k, v in c["optimizer"]["state"][0].items()}}}),
      "its optimizer state holds a value that is not finite (damaged)"),
+    (dict(optimizer=lambda c: adam_state(c, exp_avg_sq=lambda v: v.clone().fill_(-1))),   # battery: a step, then nan
+     "its optimizer state holds a second moment (exp_avg_sq) below 0 (-1) (damaged)"),
+    (dict(optimizer=lambda c: adam_state(c, step=lambda v: v.clone().fill_(-1))),
+     "its optimizer state holds a weight's step count -1.0, not a whole number 1 .. 2 (damaged)"),
+    (dict(optimizer=lambda c: adam_state(c, step=lambda v: v.clone().fill_(0))), "step count 0.0, not a whole"),
+    (dict(optimizer=lambda c: adam_state(c, step=lambda v: v.clone().fill_(1.5))), "step count 1.5, not a whole"),
+    (dict(optimizer=lambda c: adam_state(c, step=lambda v: v.clone().fill_(3))), "step count 3.0, not a whole"),
+    (dict(optimizer=lambda c: adam_state(c, step=lambda v: None)), "step count None, not a whole"),
     (dict(model=lambda c: {k: v.clone().fill_(float("nan")) if k.endswith("qkv.weight") else v
                            for k, v in c["model"].items()}), "ckpt.pt: a weight is not finite (nan or inf)"),
     (dict(optimizer={}), "its optimizer state is damaged (no 'state' or 'param_groups')"),
@@ -507,6 +522,7 @@ def test_a_damaged_record_in_ckpt_pt_is_refused_before_any_data(lra, tmp_path, m
     with pytest.raises(train.UsageError) as e:
         run("--resume", "--out_dir", tmp_path / "o", "--max_iters", "4")
     one_line(e, f"{tmp_path / 'o' / 'ckpt.pt'}: ", words)
+    assert (tmp_path / "o" / "metrics.json").exists()          # the finished run's, kept
 
 
 @pytest.mark.parametrize("key,value,words", [

@@ -668,3 +668,16 @@ def fits_exactly(monkeypatch, args, model, shape, need, words):
                 config.check_size(args, model, shape)
         else:
             config.check_size(args, model, shape)
+
+
+@pytest.mark.parametrize("port", ["99999", "0", "65536", "²", "1" * 5000])
+def test_a_master_port_that_is_no_port_number_is_one_line_before_any_work(port, no_data, monkeypatch, tmp_path):
+    """Battery: MASTER_PORT=99999 with torchrun's other variables passed the isdigit() check and was a ValueError
+    traceback from init_process_group ('²': isdigit, and no int). A port is 1 .. 65535."""
+    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=port).items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(config.UsageError) as e:
+        train.main(["--max_iters", "1", "--out_dir", str(tmp_path / "o")])
+    one_line(e, "RANK is set but MASTER_ADDR or MASTER_PORT (a port number 1 .. 65535) is not (MASTER_ADDR="
+                "'127.0.0.1', MASTER_PORT=")
+    assert len(str(e.value)) < 300

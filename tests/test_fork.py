@@ -415,3 +415,125 @@ def test_a_forks_split_loader_that_fails_with_an_ordinary_exception_is_one_line_
         with pytest.raises((type(kept), data.DataError)) as e:     # a bad file: said by reading(), naming it
             t.open()
         assert e.value is kept or isinstance(kept, OSError) and "ids.txt" in str(e.value)
+
+
+def source_line(module, text):
+    """The number of the first line of module's file that holds text."""
+    with open(module.__file__, encoding="utf-8") as f:
+        return next(i for i, line in enumerate(f, 1) if text in line)
+
+
+def test_a_forks_forward_that_raises_is_one_line_naming_its_line_in_training_and_in_an_evaluation_alone(
+        tmp_path, monkeypatch, capsys):
+    """Battery: a fork's forward raising KeyError was a traceback at train_step's train_model(x, y), and at evaluate's
+    model(x, y) under --eval_only (and under torchrun at ddp.unused_parameters' model(x, y)). Each is one Refusal line
+    naming the model, its file and line, the error."""
+    import socket
+    import types
+
+    import simpletron
+    import train
+    from test_train import TINY, run, write_listops
+    lo = write_listops(tmp_path / "lo", 8, seed=1)
+    run("--data_dir", lo, *TINY, "--max_iters", "1", "--eval_iters", "1", "--out_dir", tmp_path / "o")
+
+    def raises(*a, **kw):
+        raise KeyError("labels")
+    monkeypatch.setattr(simpletron, "F", types.SimpleNamespace(**{**vars(simpletron.F), "cross_entropy": raises}))
+    said = (f"model 'simpletron': forward (simpletron.py line "
+            f"{source_line(simpletron, 'else F.cross_entropy(logits.float(), targets)')}) fails: KeyError: 'labels'")
+    for argv, out in ((["--data_dir", lo, *TINY, "--max_iters", "2"], "t"),
+                      (["--init_from", tmp_path / "o" / "ckpt.pt", "--eval_only", "--data_dir", lo], "e")):
+        capsys.readouterr()
+        with pytest.raises(train.UsageError) as e:
+            run(*argv, "--out_dir", tmp_path / out)
+        assert str(e.value) == said
+        assert "step 1" not in capsys.readouterr().out
+        assert not any((tmp_path / out / name).exists() for name in ("ckpt.pt", "metrics.json"))
+    with socket.socket() as s:                              # torchrun's one process (gloo): DDP's first forward
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)).items():
+        monkeypatch.setenv(k, v)
+    try:
+        with pytest.raises(train.UsageError) as e:
+            run("--data_dir", lo, *TINY, "--max_iters", "2", "--out_dir", tmp_path / "d")
+        assert str(e.value) == said
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def forward_logits(monkeypatch, change):
+    """simpletron.Model's forward as a fork's copy may have it: its logits replaced by change(logits)."""
+    import simpletron
+    forward = simpletron.Model.forward
+
+    def forked(self, idx, targets=None):
+        logits, loss = forward(self, idx, targets)
+        return change(logits), loss
+    monkeypatch.setattr(simpletron.Model, "forward", forked)
+
+
+@pytest.mark.parametrize("task,change,shown", [
+    ("listops", lambda logits: None, "None"),
+    ("textfile", lambda logits: logits[:, -1], "a tensor of torch.float32 of shape (4, 257)"),   # (B, V): last token's
+    ("textfile", lambda logits: logits.argmax(-1)[..., None], "a tensor of torch.int64 of shape (4, 8, 1)"),
+])
+def test_a_forks_logits_that_are_not_scores_for_every_target_are_one_line_in_training_and_in_an_evaluation_alone(
+        task, change, shown, tmp_path, monkeypatch, capsys):
+    """Battery H03, H15: a fork's forward returning logits None (its loss fine) was a traceback, and logits of shape
+    (B, V) for a language model's targets (B, L) trained on, its accuracy miscounted, or failed in evaluate. Either
+    is one line saying what was returned and what is expected, before the first step."""
+    import train
+    from test_train import TINY, run, write_listops
+    if task == "listops":
+        data_flags = ["--data_dir", write_listops(tmp_path / "lo", 8, seed=1)]
+        targets, expected = "(4,)", "(4, V)"
+    else:
+        (tmp_path / "txt").mkdir()
+        (tmp_path / "txt" / "a.txt").write_text("to be or not to be, that is the question\n" * 20, encoding="utf-8")
+        data_flags = ["--task", "textfile", "--data_dir", tmp_path / "txt", "--tokenizer", "byte", "--block_size", "8",
+                      "--cache_dir", tmp_path / "c"]
+        targets, expected = "(4, 8)", "(4, 8, V)"
+    run(*data_flags, *TINY, "--max_iters", "1", "--eval_iters", "1", "--out_dir", tmp_path / "o")
+    forward_logits(monkeypatch, change)
+    said = (f"model simpletron's forward returned (logits, loss) with logits {shown}: for targets of shape {targets} "
+            f"the logits must be a floating-point tensor of shape {expected}")
+    evaluation = ["--init_from", tmp_path / "o" / "ckpt.pt", "--eval_only", "--batch_size", "4"]
+    for argv, out in (([*TINY, "--max_iters", "2"], "t"), (evaluation, "e")):
+        capsys.readouterr()
+        with pytest.raises(train.UsageError) as e:
+            run(*data_flags, *argv, "--out_dir", tmp_path / out)
+        assert "\n" not in str(e.value) and str(e.value).startswith(said), str(e.value)
+        assert "step 1" not in capsys.readouterr().out
+        assert not any((tmp_path / out / name).exists() for name in ("ckpt.pt", "metrics.json"))
+
+
+@pytest.mark.parametrize("error", [KeyError("n_embd"), NotImplementedError("a fork's stub")])
+def test_a_forks_model_whose_constructor_raises_is_one_line_for_train_py_and_for_a_checkpoint(
+        error, tmp_path, monkeypatch):
+    """A fork's Model(config) raising KeyError or NotImplementedError (built on meta by count_weights, then for the
+    run; or by config.model_of_checkpoint, analyze.py's path): one line naming the model's file and line, no
+    traceback, before any data is read."""
+    import config
+    import data
+    import simpletron
+    import train
+    from test_train import TINY, run, write_listops
+    lo = write_listops(tmp_path / "lo", 8, seed=1)
+    run("--data_dir", lo, *TINY, "--max_iters", "1", "--eval_iters", "1", "--out_dir", tmp_path / "o")
+    ckpt = config.load_checkpoint(tmp_path / "o" / "ckpt.pt")
+
+    def raises(*a, **kw):
+        raise error
+    monkeypatch.setattr(simpletron.nn, "Embedding", raises)
+    said = (f"model 'simpletron': Model(config) (simpletron.py line {source_line(simpletron, 'self.wte = ')}) fails: "
+            f"{type(error).__name__}: {error}")
+    with pytest.raises(config.UsageError) as e:
+        config.model_of_checkpoint(ckpt, tmp_path / "o" / "ckpt.pt")
+    assert str(e.value) == said
+    if isinstance(error, KeyError):                       # (NotImplementedError: also torch's on meta, so built again)
+        monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises(train.UsageError) as e:
+        run("--data_dir", lo, *TINY, "--max_iters", "1", "--out_dir", tmp_path / "t")
+    assert str(e.value) == said and not os.path.exists(tmp_path / "t" / "ckpt.pt")
