@@ -63,8 +63,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 import curves  # noqa: E402
 import tasks   # noqa: E402  (registers every task)
-from config import (TASK_FLAGS, Parser, UsageError, check_value, check_vocabulary, load_checkpoint,  # noqa: E402
-                    model_of_checkpoint)
+from config import (TASK_FLAGS, Parser, Refusal, UsageError, check_value, check_vocabulary,  # noqa: E402
+                    load_checkpoint, model_call, model_of_checkpoint)
 
 
 @contextlib.contextmanager
@@ -332,13 +332,13 @@ def model_times(model):
     return [float(t) for t in model.times()]
 
 
-def layer_states(model, idx):
+def layer_states(model, idx, name):
     """Hidden states of every layer: ([X^0, X^1, ..., X^L] each (B', N, D), mask (B', N) or None).
     X^0 is what enters the first layer (embeddings), X^l what leaves layer l (DiffEqFormer: the state after
-    Euler step l). A model may provide hidden_states(idx) -> (list, mask); otherwise its `blocks` are hooked."""
+    Euler step l). A model may provide hidden_states(idx) -> (list, mask), else its `blocks` are hooked (model_call)."""
     if hasattr(model, "hidden_states"):
-        states, mask = model.hidden_states(idx)
-        return list(states), mask
+        out, where = model_call(name, "hidden_states", model.hidden_states, idx), "its hidden_states(idx) returned"
+        return checked_states(*(out if isinstance(out, tuple) and len(out) == 2 else (out, None)), name, where)
     blocks = getattr(model, "blocks", None) or getattr(model, "layers", None)
     if blocks is None:
         raise UsageError(f"cannot read the layers of {type(model).__module__}.Model")
@@ -354,14 +354,23 @@ def layer_states(model, idx):
     handles += [b.register_forward_hook(after, with_kwargs=True) for b in blocks]
     try:
         with torch.no_grad():
-            model(idx)
+            model_call(name, "forward", model, idx)
     finally:
         for h in handles:
             h.remove()
-    mask = masks[0] if masks else None
-    if mask is not None and mask.dtype != torch.bool:
-        mask = mask != 0
-    return states, mask
+    return checked_states(states, masks[0] if masks else None, name, "its blocks gave")
+
+
+def checked_states(states, mask, name, where):
+    """layer_states' (states, mask: bool or None), or a Refusal line unless they are what its docstring says."""
+    size = lambda v: tuple(v.shape) if torch.is_tensor(v) else v if v is None else type(v).__name__  # noqa: E731
+    S = list(states) if isinstance(states, (list, tuple)) else None
+    if not (S and all(torch.is_tensor(s) and s.dim() == 3 and s.is_floating_point() and s.shape == S[0].shape
+                      for s in S) and (mask is None or torch.is_tensor(mask) and mask.shape == S[0].shape[:2])):
+        got = data.one_line([size(s) for s in S] if S is not None else size(states), 150)
+        raise Refusal(f"model {name!r}: {where} states {got} and mask {size(mask)}; analyze.py reads [X^0, ..., X^L], "
+                      "float tensors of one shape (B, N, D), and a mask (B, N) or None")
+    return S, mask if mask is None or mask.dtype == torch.bool else mask != 0
 
 
 def task_of(ckpt):
@@ -433,9 +442,9 @@ def write_json(out, name, obj):
     return path
 
 
-def save_fig(fig, out, name):
+def save_fig(fig, out, name):                                # (whole or not at all: an earlier PNG survives a failure)
     path = os.path.join(out, f"{name}.png")
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    data.atomic_write(path, lambda f: fig.savefig(f, format="png", dpi=110, bbox_inches="tight"))
     plt.close(fig)
     return path
 
@@ -485,14 +494,13 @@ def cmd_spectra(args):
         ax.set(title=f"{title}: eigenvalues (real part)", ylabel="Re(eigenvalue)")
         axm.set(title=f"{key.upper()}: largest |eigenvalue| per head", ylabel="max |eigenvalue|", xlabel=axis)
         ax.legend(fontsize=7, ncol=2)
-        if ode:
-            axm.set_xlim(-0.03, 1.03)
         if not ode:
             axm.set_xticks([r["depth"] for r in rows])
-        elif args.grid:                                      # where the trained solver evaluates W(t)
-            for a in (ax, axm):
-                for t in model_times(model):
-                    a.axvline(t, color="gray", ls=":", lw=0.8)
+            continue
+        axm.set_xlim(-0.03, 1.03)
+        for a in (ax, axm) if args.grid else ():             # where the trained solver evaluates W(t)
+            for t in model_times(model):
+                a.axvline(t, color="gray", ls=":", lw=0.8)
     grid_note = "\n(dotted: the times t at which the model's solver evaluates W(t); between them W(t) was never trained)" \
         if ode and args.grid else ""
     fig.suptitle(f"Spectra of the attention weights per head vs {axis}: {label_of(args.ckpt[0], ckpt)}{grid_note}")
@@ -563,7 +571,7 @@ def cmd_lyapunov(args):
 def cmd_activation(args):
     results = []
     for path, (model, ckpt), x in zip(args.ckpt, args.models, args.batches):
-        states, mask = layer_states(model, x)
+        states, mask = layer_states(model, x, ckpt["model_name"])
         X0 = states[0]
         m = mask if mask is not None else torch.ones(X0.shape[:2], dtype=torch.bool)
         act, ent = [], []
@@ -659,8 +667,7 @@ def cmd_experts(args):
 def read_attention_std(run):
     """The attention-std records that train.py --attn_std_interval wrote into RUN/log.jsonl, and the run's label."""
     path = os.path.join(run, "log.jsonl")
-    problem = data.file_problem(path)
-    if problem:
+    if problem := data.file_problem(path):
         raise UsageError(f"--run {run}: {path} {problem} (a folder of python train.py ... --attn_std_interval N)")
     records = curves.std_records(path)
     if not records:
@@ -718,8 +725,7 @@ def table_runs(name):
     """Every run of python experiments.py NAME: the folders of out/exp/NAME with a log.jsonl (not its evaluations
     of checkpoints, which train nothing, nor its data)."""
     folder = os.path.join("out", "exp", name)
-    problem = data.file_problem(folder, folder=True)
-    if problem:
+    if problem := data.file_problem(folder, folder=True):
         raise UsageError(f"--table {name}: {folder} {problem} (python experiments.py {name} writes it; run from "
                          "the project's folder)")
     runs = [os.path.join(folder, d) for d in sorted(os.listdir(folder))]
@@ -748,9 +754,7 @@ def cluster_start(seed, N=40, D=3, weights="identity", scale=0.3):
     x0 = torch.rand(N, D, generator=gen, dtype=torch.float64) * 2 - 1
     W = [torch.eye(D, dtype=torch.float64) + scale * torch.randn(D, D, generator=gen, dtype=torch.float64)
          for _ in range(3)]
-    if weights == "identity":
-        W = [torch.eye(D, dtype=torch.float64)] * 3
-    return x0, W
+    return x0, [torch.eye(D, dtype=torch.float64)] * 3 if weights == "identity" else W
 
 
 def growth(degree):
@@ -774,7 +778,7 @@ def cmd_cluster(args):
     ts = np.linspace(0, args.T, args.steps + 1)
     for n, r in enumerate(runs):
         ax = fig.add_subplot(grid[0, 2 * n:2 * n + 2], projection="3d")
-        tr = r["traj"].numpy()
+        tr = r.pop("traj").numpy()                           # (not in the JSON)
         for i in range(tr.shape[1]):
             ax.plot(tr[:, i, 0], tr[:, i, 1], tr[:, i, 2], lw=0.6, alpha=0.45, color="tab:blue")
         ax.scatter(*tr[0].T, s=12, facecolors="none", edgecolors="gray", label="start")
@@ -783,9 +787,7 @@ def cmd_cluster(args):
         ax.set_title(f"g(t) = {r['g']}\n{r['clusters']} cluster{'s' if r['clusters'] != 1 else ''}, spread {r['spread']:.2f}", fontsize=10)
         if n == 0:
             ax.legend(fontsize=8, loc="upper left")
-    half = len(runs)
-    axc = fig.add_subplot(grid[1, :half])
-    axs = fig.add_subplot(grid[1, half:])
+    axc, axs = fig.add_subplot(grid[1, :len(runs)]), fig.add_subplot(grid[1, len(runs):])
     for n, r in enumerate(runs):
         axc.plot(ts, r["clusters_t"], color=plt.cm.viridis(n / max(len(runs) - 1, 1)), label=f"g = {r['g']}")
         axs.plot(ts, r["spread_t"], color=plt.cm.viridis(n / max(len(runs) - 1, 1)), label=f"g = {r['g']}")
@@ -798,8 +800,6 @@ def cmd_cluster(args):
     fig.suptitle(f"Attention-only ODE, one head, {x0.shape[0]} tokens on the sphere, {args.steps} Euler steps "
                  f"on [0, {args.T:g}], W(t) = g(t) W\u2080 (DiffEqFormer C.8)")
     png = save_fig(fig, args.out, "cluster")
-    for r in runs:
-        del r["traj"]
     out = {"tokens": int(x0.shape[0]), "D": 3, "steps": args.steps, "T": args.T, "seed": args.seed, "eps": args.eps,
            "weights": args.weights,
            "note": "clusters: connected components of points closer than eps at the end; spread: mean "

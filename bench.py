@@ -52,7 +52,7 @@ from measure import (count_flops, crossover, interleaved_rounds, matmul_rate, ma
                      peak_flops, peak_memory, quadratic, rss_mb, step_cost, timed)
 from runsetup import precision  # noqa: E402
 from config import (MODELS, Parser, UsageError, build_model, check_device, check_value, int_list,  # noqa: E402
-                    load_checkpoint, machine as machine_name, model_module, pick_device, unused_fields)
+                    load_checkpoint, machine as machine_name, model_call, model_module, pick_device, unused_fields)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -116,8 +116,15 @@ def random_batch(batch, length, vocab, head, device, seed):
     return x, y
 
 
-def make_steps(model, batch, length, vocab, head, device, dtype=torch.float32):
-    """(train_step, infer_step) closures on a fixed random batch; the forward in `dtype` (autocast)."""
+def forward(model, name, x, y=None):
+    """model(x, y) of SPEED_MODELS' `name` or nanoGPT's; a failure in a model file or a bad loss is one line."""
+    out = (model_call(name if name in MODELS else SPEED_MODELS[name][0], "forward", model, x, y) if name in SPEED_MODELS
+           else model(x, y))
+    return out if y is None else train.forward_output(out, name)
+
+
+def make_steps(model, batch, length, vocab, head, device, dtype=torch.float32, name=None):
+    """(train_step, infer_step) closures on a fixed random batch; the forward (see forward) in `dtype` (autocast)."""
     x, y = random_batch(batch, length, vocab, head, device, seed=0)
     # train.py's AdamW (decay on matrices and embeddings only: nanoGPT's groups too), nanoGPT's CPU betas
     opt = train.make_optimizer(model, types.SimpleNamespace(weight_decay=0.1, lr=1e-3, beta1=0.9, beta2=0.99,
@@ -126,7 +133,7 @@ def make_steps(model, batch, length, vocab, head, device, dtype=torch.float32):
     def forward_backward():                                  # what the FLOP counter sees of a train step
         model.train()
         with autocast(device, dtype):
-            _, loss = model(x, y)
+            _, loss = forward(model, name, x, y)
         loss.backward()
 
     def train_step():
@@ -138,22 +145,8 @@ def make_steps(model, batch, length, vocab, head, device, dtype=torch.float32):
     def infer_step():
         model.eval()
         with torch.no_grad(), autocast(device, dtype):
-            model(x)
+            forward(model, name, x)
     return {"train": train_step, "infer": infer_step, "flops_train": lambda: (forward_backward(), opt.zero_grad())}
-
-
-def checkpointing_difference(model, recomputing, batch, length, vocab, head, device):
-    """Largest |difference| of the loss and of any gradient between a model and its copy with checkpointing."""
-    x, y = random_batch(batch, length, vocab, head, device, seed=1)
-    losses, grads = [], []
-    for m in (model, recomputing):
-        m.train()
-        _, loss = m(x, y)
-        loss.backward()
-        losses.append(loss.item())
-        grads.append([p.grad.clone() for p in m.parameters() if p.grad is not None])
-        m.zero_grad(set_to_none=True)
-    return abs(losses[0] - losses[1]), max((a - b).abs().max().item() for a, b in zip(*grads, strict=True))
 
 
 def load_nanogpt(path):
@@ -195,7 +188,7 @@ def length_configs(args, device, models, lengths):
             steps, params = attention_steps(m, args.batch, L, args, device), 0
         else:
             model = speed_model(m, L, args).to(device)
-            steps = make_steps(model, args.batch, L, args.vocab, args.head, device, args.dtype)
+            steps = make_steps(model, args.batch, L, args.vocab, args.head, device, args.dtype, m)
             params = sum(p.numel() for p in model.parameters())
         for mode in ("infer",) if args.infer_only else ("train", "infer"):
             configs.append((dict(model=m, length=L, mode=mode, batch=args.batch, params=params), steps, mode))
@@ -206,13 +199,21 @@ def length_configs(args, device, models, lengths):
 
 def checkpointing_config(model, name, length, params, args, device):
     """The training step of a copy of `model` (the same weights) that recomputes every block in the backward
-    pass, with the largest loss and gradient differences between the two."""
+    pass, with the largest |difference| of the loss and of any gradient between the two."""
     ck = speed_model(name, length, args, checkpointing=True).to(device)
     ck.load_state_dict(model.state_dict())
-    loss_diff, grad_diff = checkpointing_difference(model, ck, args.batch, length, args.vocab, args.head, device)
+    (x, y), losses, grads = random_batch(args.batch, length, args.vocab, args.head, device, seed=1), [], []
+    for m in (model, ck):
+        m.train()
+        _, loss = forward(m, name, x, y)
+        loss.backward()
+        losses.append(loss.item())
+        grads.append([p.grad.clone() for p in m.parameters() if p.grad is not None])
+        m.zero_grad(set_to_none=True)
     return ({"model": name, "length": length, "mode": "train", "batch": args.batch, "params": params,
-             "config": "checkpointing", "loss_diff": loss_diff, "grad_diff": grad_diff},
-            make_steps(ck, args.batch, length, args.vocab, args.head, device, args.dtype), "train")
+             "config": "checkpointing", "loss_diff": abs(losses[0] - losses[1]),
+             "grad_diff": max((a - b).abs().max().item() for a, b in zip(*grads, strict=True))},
+            make_steps(ck, args.batch, length, args.vocab, args.head, device, args.dtype, name), "train")
 
 
 def nanogpt_configs(args, device, lengths, nano):
@@ -226,9 +227,8 @@ def nanogpt_configs(args, device, lengths, nano):
                                        bias=c["bias"], head="lm", norm="pre"))
     pair = [("softmax", ours)] + [("nanogpt", nano)] * (nano is not None)   # (load_nanogpt: nanoGPT's model, built)
     return [({"model": name, "length": c["block_size"], "mode": "train", "batch": c["batch"], "config": "nanogpt-cpu",
-              "params": sum(p.numel() for p in model.parameters())},
-             make_steps(model.to(device), c["batch"], c["block_size"], c["vocab"], "lm", device, args.dtype), "train")
-            for name, model in pair]
+              "params": sum(p.numel() for p in model.parameters())}, make_steps(model.to(device), c["batch"],
+             c["block_size"], c["vocab"], "lm", device, args.dtype, name), "train") for name, model in pair]
 
 
 def training_cost(name, length, args, device):
@@ -236,7 +236,7 @@ def training_cost(name, length, args, device):
     if name in ATTENTION:
         return step_cost(attention_steps(name, args.batch, length, args, device)["flops_train"])
     model = speed_model(name, length, args).to(device)
-    steps = make_steps(model, args.batch, length, args.vocab, args.head, device, args.dtype)
+    steps = make_steps(model, args.batch, length, args.vocab, args.head, device, args.dtype, name)
     return step_cost(steps["flops_train"], list(model.parameters()))
 
 
@@ -408,7 +408,13 @@ def run(args, device, models, lengths, nano):
     ratios = speed_ratios(records, models, lengths, args.infer_only)
     gen_records, gen_ratios = (speed_generate(args, device, [m for m in models if m in MODELS]) if args.generate
                                else ([], []))
-    write_results(args, device, records + gen_records, ratios + gen_ratios + nanogpt_ratio(records))
+    records, ratios = records + gen_records, ratios + gen_ratios + nanogpt_ratio(records)
+    gen = {r["mode"] == "generate" for r in records if "config" not in r}   # the plots: of the steps, of generation
+    md = speed_table(records, ratios, machine := machine_of(device, args))
+    figures = {f"speed{'_generate' * g}.png": (plot_generate if g else plot_speed)(records, machine) for g in gen}
+    write_all(args.out, {"speed.json": records, "speed_summary.json": {"machine": machine, "ratios": ratios,
+              "settings": vars(args), "peak_mem_mb": PEAK_MEM_NOTE[torch.device(device).type]}, "speed.md": md,
+              **figures}, md)
 
 
 def machine_of(device, args):
@@ -428,25 +434,27 @@ PEAK_MEM_NOTE = {
     "mps": "MPS: not measured (no peak statistic)"}
 
 
-def write_json(out, name, obj):
-    path = os.path.join(out, f"{name}.json")
-    data.atomic_write_text(path, json.dumps(obj, indent=1, default=lambda o: str(o) if isinstance(o, torch.dtype)
-                                            else float(o)) + "\n")
-    return path
-
-
-def write_results(args, device, records, ratios):
-    """speed.json, speed_summary.json, speed.md and the plots; the table printed."""
-    machine, path = machine_of(device, args), write_json(args.out, "speed", records)
-    write_json(args.out, "speed_summary", {"machine": machine, "ratios": ratios, "settings": vars(args),
-                                           "peak_mem_mb": PEAK_MEM_NOTE[torch.device(device).type]})
-    md = speed_table(records, ratios, machine)
-    data.atomic_write_text(os.path.join(args.out, "speed.md"), md)
-    speed = any("config" not in r and r["mode"] != "generate" for r in records)
-    pngs = [plot_speed(records, args.out, machine)] if speed else []
-    pngs += [plot_generate(records, args.out, machine)] if any(r["mode"] == "generate" for r in records) else []
-    print(md)
-    print(f"wrote {path}, {os.path.join(args.out, 'speed.md')}" + "".join(f", {p}" for p in pngs))
+def write_all(out, files, table):
+    """OUT/NAME of each of files {NAME: a text, a figure (its PNG) or what JSON holds}, all written beside their copies
+    before any replaces its copy (a full disk leaves each as it was, in one line naming the file); the table printed."""
+    staged = {os.path.join(out, name): data.temp_path(os.path.join(out, name)) for name in files}
+    try:
+        for (path, tmp), v in zip(staged.items(), files.values()):
+            with open(tmp, "wb") as f:
+                if hasattr(v, "savefig"):                    # a figure: its PNG
+                    v.savefig(f, format="png", dpi=110, bbox_inches="tight")
+                else:                                        # (a torch.dtype in the settings: its name)
+                    f.write((v if isinstance(v, str) else json.dumps(v, indent=1, default=lambda o: (
+                        str if isinstance(o, torch.dtype) else float)(o)) + "\n").encode())
+        for path, tmp in staged.items():
+            os.replace(tmp, path)
+    except OSError as e:
+        raise data.DataError(f"cannot write {path}: {e.strerror or e}; it and the others are as they were") from None
+    finally:
+        plt.close("all")
+        for tmp in (t for t in staged.values() if os.path.lexists(t)):   # (none once replaced)
+            os.remove(tmp)
+    print(f"{table}\nwrote {', '.join(staged)}")
 
 
 def compile_records(args, device, models, lengths):
@@ -458,7 +466,7 @@ def compile_records(args, device, models, lengths):
         torch.manual_seed(0)
         eager, twin = speed_model(m, L, args).to(device), speed_model(m, L, args).to(device)
         twin.load_state_dict(eager.state_dict())
-        steps = [make_steps(model, args.batch, n, args.vocab, args.head, device, args.dtype)["train"]
+        steps = [make_steps(model, args.batch, n, args.vocab, args.head, device, args.dtype, m)["train"]
                  for model in (eager, torch.compile(twin)) for n in (L, max(1, L // 2))]
         first, ts = [timed(step, device) for step in steps], [[], []]   # eager: warm-up; compiled: compiling
         interleaved_rounds(3, args.repeats, lambda i: rates.append(matmul_rate(device, args.dtype, args.clock))
@@ -651,33 +659,29 @@ def run_user(args, device, models, lengths):
     loops = loop_records(args, device) if args.loop else []
     walls = wall_split(args, device) if args.wall else []
     compiled = compile_records(args, device, models, lengths) if args.compile and not args.loop else []
-    machine = machine_of(device, args)
-    path = write_json(args.out, "user", {"machine": machine, "loop": loops, "wall": walls, "compile": compiled,
-                                         "settings": vars(args)})
-    md = user_tables(loops, walls, compiled, machine)
-    data.atomic_write_text(os.path.join(args.out, "user.md"), md)
-    print(md)
-    print(f"wrote {path}, {os.path.join(args.out, 'user.md')}")
+    md = user_tables(loops, walls, compiled, machine := machine_of(device, args))
+    write_all(args.out, {"user.json": {"machine": machine, "loop": loops, "wall": walls, "compile": compiled,
+                                       "settings": vars(args)}, "user.md": md}, md)
 
 
 # ----------------------------------------------------------------------------------------------
 # --generate: milliseconds per new token against the context length
-def generation_steps(model, batch, context, new_tokens, vocab, device):
-    """(prefill, decode) closures: prefill reads a fixed random prompt of `context` tokens into a new state;
-    decode runs new_tokens steps of model.decode on that state (fixed random tokens: the cost is what counts)."""
+def generation_steps(model, batch, context, new_tokens, vocab, device, name):
+    """(prefill, decode) closures of the model `name` (config.model_call): prefill reads a fixed random prompt of
+    `context` tokens into a new state; decode runs new_tokens model.decode steps on it (fixed random tokens)."""
     g = torch.Generator().manual_seed(0)
     prompt = torch.randint(1, vocab, (batch, context), generator=g).to(device)
     tokens = torch.randint(1, vocab, (batch, new_tokens), generator=g).to(device)
     holder = {}
 
     def prefill():
-        holder["state"] = model.prefill(prompt, capacity=context + new_tokens)[1]
+        holder["state"] = model_call(name, "prefill", model.prefill, prompt, capacity=context + new_tokens)[1]
 
     def decode():
         state = holder.pop("state")
         for i in range(new_tokens):
-            model.decode(tokens[:, i:i + 1], state)
-        holder["size"] = state.nbytes()
+            model_call(name, "decode", model.decode, tokens[:, i:i + 1], state)
+        holder["size"] = model_call(name, "its state's nbytes", state.nbytes)
     return prefill, decode, holder
 
 
@@ -689,7 +693,7 @@ def speed_generate(args, device, models):
         model = speed_model(m, L + args.new_tokens, args, head="lm").to(device).eval()
         configs.append(({"model": m, "length": L, "mode": "generate", "batch": args.batch,
                          "new_tokens": args.new_tokens, "params": sum(p.numel() for p in model.parameters())},
-                        generation_steps(model, args.batch, L, args.new_tokens, args.vocab, device)))
+                        generation_steps(model, args.batch, L, args.new_tokens, args.vocab, device, m)))
     print(f"generation on {device} ({torch.get_num_threads()} threads): {len(configs)} configurations, "
           f"{args.repeats} interleaved rounds of {args.new_tokens} new tokens", flush=True)
     per_token, prefill_ms = [[] for _ in configs], [[] for _ in configs]
@@ -703,11 +707,9 @@ def speed_generate(args, device, models):
             prefill()
             decode()
         interleaved_rounds(len(configs), args.repeats, measure)
-    records = []
-    for (rec, (_, _, holder)), ts, ps in zip(configs, per_token, prefill_ms):
-        ms = statistics.median(ts)
-        records.append({**rec, "ms": ms, "ms_all": ts, "tokens_per_s": rec["batch"] / (ms / 1000),
-                        "prefill_ms": statistics.median(ps), "state_mb": holder["size"] / 2 ** 20})
+    records = [{**rec, "ms": (ms := statistics.median(ts)), "ms_all": ts, "tokens_per_s": rec["batch"] / (ms / 1000),
+                "prefill_ms": statistics.median(ps), "state_mb": holder["size"] / 2 ** 20}
+               for (rec, (_, _, holder)), ts, ps in zip(configs, per_token, prefill_ms)]
     return records, generation_ratios(records, models, args.context_list)
 
 
@@ -777,19 +779,17 @@ def length_axes(ax, lengths, ys, xlabel, ylabel):
     ax.grid(True, which="major", alpha=0.3)
 
 
-def finish_figure(fig, handles, ncol, what, machine, batch, out, name):
-    """One legend under the panels, where it hides no line; the machine in the title; saved as OUT/NAME.png."""
+def finish_figure(fig, handles, ncol, what, machine, batch):
+    """One legend under the panels, where it hides no line; the machine in the title (written by write_all)."""
     fig.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=ncol, fontsize=8, frameon=False)
     fig.suptitle(f"{what} on {machine['device']}" + (f" ({machine['gpu']})" if machine["gpu"] else
                                                      f", {machine['threads']} torch thread(s), "
                                                      f"{'CPU' if machine['clock'] == 'cpu' else 'wall'} time") +
                  f"; batch {batch}, medians of interleaved rounds")
-    fig.savefig(path := os.path.join(out, f"{name}.png"), dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    return fig
 
 
-def plot_speed(records, out, machine):
+def plot_speed(records, machine):
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     rows = [r for r in records if "config" not in r and r["mode"] in ("train", "infer")]
     names = list(dict.fromkeys(r["model"] for r in rows))
@@ -807,7 +807,7 @@ def plot_speed(records, out, machine):
     handles = [Line2D([], [], color=plt.cm.tab10(i), marker="o", label=name) for i, name in enumerate(names)]
     handles += [Line2D([], [], color="0.3", ls="-", label="solid: training step (forward, backward, AdamW)"),
                 Line2D([], [], color="0.3", ls="--", label="dashed: inference forward")]
-    return finish_figure(fig, handles, min(len(handles), 4), "Speed", machine, rows[0]["batch"], out, "speed")
+    return finish_figure(fig, handles, min(len(handles), 4), "Speed", machine, rows[0]["batch"])
 
 
 LOOKS = (("o", "-"), ("s", "--"), ("D", ":"), ("^", "-."))   # marker and dashes of model 1, 2, ...
@@ -821,7 +821,7 @@ def same_lines(lines):
             if lines[a][0] == lines[b][0] and np.allclose(lines[a][1], lines[b][1], rtol=0.01)]
 
 
-def plot_generate(records, out, machine):
+def plot_generate(records, machine):
     rows = [r for r in records if r["mode"] == "generate"]
     names = list(dict.fromkeys(r["model"] for r in rows))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
@@ -844,7 +844,7 @@ def plot_generate(records, out, machine):
     axes[1].set_title("recurrent state (fixed) or KV cache (grows)")
     handles = [Line2D([], [], color=plt.cm.tab10(i), marker=LOOKS[i % 4][0], ls=LOOKS[i % 4][1],
                       mfc="none" if i else None, label=name) for i, name in enumerate(names)]
-    return finish_figure(fig, handles, len(names), "Generation", machine, rows[0]["batch"], out, "speed_generate")
+    return finish_figure(fig, handles, len(names), "Generation", machine, rows[0]["batch"])
 
 
 # ----------------------------------------------------------------------------------------------

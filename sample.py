@@ -31,8 +31,8 @@ if __name__ == "__main__":                                   # Ctrl-C while torc
 import data  # noqa: E402  (data first: it loads torch, and a TORCH_* setting torch refuses is one line there)
 import torch  # noqa: E402
 import tasks  # noqa: E402, F401  (registers every task)
-from config import (Parser, UsageError, check_device, check_value, load_checkpoint, model_of_checkpoint,  # noqa: E402
-                    pick_device)
+from config import (Parser, Refusal, UsageError, check_device, check_value, load_checkpoint,  # noqa: E402
+                    model_call, model_of_checkpoint, pick_device)
 
 WORD_HELP = "PTB is lower case, rare words are <unk> and numbers N"
 # What one call may ask for. Each new token is one step of the model after the last (about 10 ms a token for a
@@ -99,6 +99,7 @@ def check(args):
         raise UsageError(f"model {ckpt['model_name']!r} has no generate(idx, max_new_tokens, temperature, top_k), "
                          "which sample.py calls (docs/architecture.md, Add a model)")
     tok, n = tokenizer_of(ckpt, args.data_dir)
+    args.model, args.n_ids = ckpt["model_name"], n           # (what main checks generate's ids against)
     never = [*([0] if tok.padding else []), *range(n, model.config.vocab_size)]   # the padding id 0 of a data
     if never:                                                # vocabulary, and ids no text has (--vocab_size 50304)
         mask = lambda logits: logits.index_fill(-1, torch.tensor(never, device=logits.device),  # noqa: E731
@@ -276,13 +277,30 @@ def tokenizer_of(ckpt, data_dir=None):
 
 # ----------------------------------------------------------------------------------------------
 
+def check_generated(y, args):
+    """What the model's generate returned (a fork's may return anything): a Refusal line unless it is the integer
+    ids (num_samples, tokens) of the tokenizer's args.n_ids, which decode reads."""
+    what = f"model {args.model!r}: its generate returned"
+    if not (torch.is_tensor(y) and y.dim() == 2 and len(y) == args.num_samples and not y.is_floating_point()
+            and not y.is_complex() and y.dtype != torch.bool):
+        shape = f"a {y.dtype} tensor of shape {tuple(y.shape)}" if torch.is_tensor(y) else type(y).__name__
+        raise Refusal(f"{what} {shape}, not the integer ids of the samples ({args.num_samples}, tokens) that "
+                      "sample.py decodes (docs/architecture.md, Add a model)")
+    outside = y[(y < 0) | (y >= args.n_ids)]
+    if outside.numel():
+        raise Refusal(f"{what} id {outside[0].item()} outside the vocabulary (ids 0 to {args.n_ids - 1:,} of the "
+                      "checkpoint's tokenizer), which sample.py cannot decode")
+
+
 def main(argv=None, out=sys.stdout):
     args = parse(sys.argv[1:] if argv is None else argv)
     model, tok, ids, device = check(args)
     model.to(device).eval()
     torch.manual_seed(args.seed)                             # every device's generator, CUDA's too
     x = torch.tensor([ids], dtype=torch.long, device=device).repeat(args.num_samples, 1)   # (N, L)
-    y = model.generate(x, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k or None)
+    y = model_call(args.model, "generate", model.generate, x, args.max_new_tokens, temperature=args.temperature,
+                   top_k=args.top_k or None)                 # (a fork's failure: one line naming its file and line)
+    check_generated(y, args)
     for row in y.tolist():
         print(tok.decode(row), file=out)
         print("---------------", file=out)

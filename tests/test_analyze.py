@@ -859,3 +859,30 @@ def test_a_runs_relative_data_dir_is_read_from_where_the_run_was_started(tmp_pat
     assert analyze.encode_text("the dog", loaded)[0].tolist() == [[7, 4]]    # <eos> a cat dog ran sat the, from 1
     monkeypatch.chdir(a)                                     # where it was started: as recorded
     assert analyze.load_checkpoint("r/ckpt.pt")["args"]["data_dir"] == "p"
+
+
+def test_a_full_disk_while_a_figure_is_written_keeps_the_earlier_png_and_names_it(tmp_path, monkeypatch, capsys):
+    """Battery: save_fig wrote OUT/NAME.png in place, so a full disk midway left half a PNG where the earlier one was,
+    and the line said "a file". The PNG is written beside it first (data.atomic_write): the earlier one is kept
+    whole, no temporary file is left, and the one line names the PNG."""
+    import errno
+    import matplotlib.figure
+    argv = ["cluster", "--tokens", "6", "--steps", "4", "--degrees", "0", "--out", str(tmp_path)]
+    analyze.main(argv)
+    before, png = (tmp_path / "cluster.png").read_bytes(), tmp_path / "cluster.png"
+
+    def full(fig, target, **kw):                             # part of the PNG written, then the disk is full
+        if isinstance(target, (str, os.PathLike)):           # (in place: over the earlier PNG)
+            with open(target, "wb") as f:
+                f.write(before[:100])
+        else:
+            target.write(before[:100])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        data.run_main(lambda: analyze.main(argv), analyze.UsageError)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: cannot write {png}: No space left on device"), err
+    assert png.read_bytes() == before and sorted(os.listdir(tmp_path)) == ["cluster.json", "cluster.png"]

@@ -681,3 +681,35 @@ def test_nanogpts_model_is_built_at_its_cpu_configuration_and_timed_beside_ours(
     records = json.loads((tmp_path / "o" / "speed.json").read_text())
     assert [(r["model"], r["batch"], r["length"]) for r in records if r.get("config") == "nanogpt-cpu"] == \
         [("softmax", 12, 64), ("nanogpt", 12, 64)]
+
+
+def test_a_full_disk_while_the_figure_is_written_keeps_every_earlier_output_and_names_it(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """Battery: the figure was written in place after speed.json, speed_summary.json and speed.md had been replaced,
+    so a full disk midway left half a PNG beside new tables, and the line said "a file". Every output is written
+    beside its earlier copy before any replaces it (write_all): each earlier file is kept, no temporary file is
+    left, and the one line names the PNG."""
+    import errno
+    import matplotlib.figure
+    import data
+    argv = ["--out", str(tmp_path), "--models", "softmax", "--lengths", "16", "--repeats", "1", "--inner", "1",
+            "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--threads", "1", "--device", "cpu"]
+    bench.main(argv)
+    before = {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)}
+    assert sorted(before) == ["speed.json", "speed.md", "speed.png", "speed_summary.json"]
+
+    def full(fig, target, **kw):                             # part of the PNG written, then the disk is full
+        if isinstance(target, (str, os.PathLike)):           # (in place: over the earlier PNG)
+            with open(target, "wb") as f:
+                f.write(before["speed.png"][:100])
+        else:
+            target.write(before["speed.png"][:100])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        data.run_main(lambda: bench.main(argv), bench.UsageError)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"error: cannot write {tmp_path / 'speed.png'}: No space left on device"), err
+    assert {name: (tmp_path / name).read_bytes() for name in os.listdir(tmp_path)} == before
