@@ -33,18 +33,17 @@ They live in tasks/listops.py (LRA's TSV files: listops_format.py), pathfinder.p
 imdb, agnews), retrieval.py and lm.py (ptb, wikitext103, openwebtext, textfile); tasks/sources.py reads Hugging
 Face and tiktoken, bert.py BERT's WordPiece. A task's files can be prepared alone, as nanoGPT's prepare.py: python -m tasks.listops --help.
 
-Token 0 is padding everywhere, so tokens that can be 0 are shifted: pixels and bytes become value + 1
-(vocabulary 257), BPE ids become id + 1 in classification. Language-model streams are never padded and keep
-the tokenizer's own ids (nanoGPT's uint16 .bin files), except the word/char vocabularies, which count from 1.
---tokenizer picks the BPE: gpt2 (tiktoken, the default), any tiktoken encoding, byte (a tiktoken Encoding over
-the 256 byte values plus <|endoftext|>, built here: no download), char (textfile and ptb), or, for imdb and
-agnews, a Hugging Face BERT folder: BERT's WordPiece, [CLS] text [SEP] in BERT's own ids ([PAD] = 0, no + 1).
-Everything derived is cached under --cache_dir (written atomically, checked against its manifest before every
-use, rebuilt when damaged or when any source file changes) and every split is one fixed, deterministic draw
-(independent of --seed, as ListOps: every run of a task is evaluated on the same examples). Where a release
-has no validation split (IMDb, AG News), val is held out of train (tasks/text.py), never the test split. Bad or
-missing data fails at once with a DataError: one line naming the file (and line) or the task, what is wrong
-and what to do (docs/tasks.md).
+Token 0 is padding everywhere, so tokens that can be 0 are shifted: pixels and bytes become value + 1 (vocabulary
+257), BPE ids become id + 1 in classification. Language-model streams are never padded and keep the tokenizer's own
+ids (nanoGPT's uint16 .bin files), except the word/char vocabularies, which count from 1. --tokenizer picks the BPE:
+gpt2 (tiktoken, the default), any tiktoken encoding, byte (a tiktoken Encoding over the 256 byte values plus
+<|endoftext|>, built here: no download), char (textfile and ptb), or, for imdb and agnews, a Hugging Face BERT
+folder: BERT's WordPiece, [CLS] text [SEP] in BERT's own ids ([PAD] = 0, no + 1). Everything derived is cached under
+--cache_dir (written atomically, checked against its manifest before every use, rebuilt when damaged or when any
+source file changes) and every split is one fixed, deterministic draw (independent of --seed, as ListOps: every run
+of a task is evaluated on the same examples). Where a release has no validation split (IMDb, AG News), val is held
+out of train (tasks/text.py), never the test split. Bad or missing data fails at once with a DataError: one line
+naming the file (and line) or the task, what is wrong and what to do (docs/tasks.md).
 """
 
 import argparse
@@ -91,10 +90,9 @@ UNFIT = {}                      # name -> why its loader cannot be called as tra
 
 
 def task(name, help=None, generated_only=()):
-    """@task(name) registers a loader, a function of keyword arguments (cache_dir, data_dir, block_size, the
-    task's own options) that returns a Task; `help` explains an option for python -m tasks.X --help;
-    `generated_only`: the options that set generated examples, moot when --data_dir's files are read. (python -m
-    tasks.X runs the module tasks.X a second time, as __main__: the loader registered stays the package's own.)"""
+    """@task(name) registers a loader, a function of keyword arguments (cache_dir, data_dir, block_size, the task's own
+    options) that returns a Task; `help` explains an option for python -m tasks.X --help; `generated_only`: the options
+    of generated examples, moot with --data_dir. (python -m tasks.X: the package's loader kept, not __main__'s.)"""
     def register(fn):
         fn.help, fn.generated_only = help or {}, tuple(generated_only)
         if fn.__module__ == "__main__":
@@ -221,10 +219,10 @@ def prepare_args(module, argv, check_tokenizer=None):
             shown.pop() if len(shown) == 1 else ", ".join(f"{v} ({n})" for n, v in by_task.items()))
         d = next(iter(by_task.values()))
         if d is False:
-            parser.add_argument(f"--{flag}", action="store_true", default=None, help=text)
+            parser.add_argument(f"--{flag}", action="store_true", default=None, help=text.replace("%", "%%"))
         else:
             parser.add_argument(f"--{flag}", type=int if isinstance(d, int) or flag == "block_size" else str,
-                                help=text)
+                                help=text.replace("%", "%%"))    # (argparse formats help with %)
     args = parser.parse_args(argv)
     if args.task is None:
         raise DataError(f"{module} prepares several tasks: choose one with --task {{{','.join(names)}}}")
@@ -249,8 +247,7 @@ def prepare_args(module, argv, check_tokenizer=None):
 
 
 def prepare_main(module, check_tokenizer=None, argv=None):
-    """python -m tasks.X, the entry at the end of each task module: prepare one of its tasks' files under
-    --cache_dir, as nanoGPT's prepare.py does (train.py would do it on its first run), under run_main's rule."""
+    """python -m tasks.X, each task module's entry: a task's files prepared under --cache_dir (nanoGPT's prepare.py)."""
     def prepare():
         name, kw = prepare_args(module, sys.argv[1:] if argv is None else argv, check_tokenizer)
         task = load_task(name, **kw)
@@ -442,7 +439,11 @@ class Task:
     sources: dict = field(default_factory=dict, repr=False)  # split name -> the file it is read from (messages)
     meta: dict = field(default_factory=dict, repr=False)     # a cache's meta.json: e.g. the characters of char ids
     _splits: dict = field(default_factory=dict, repr=False)
-    MAP_CHUNK = 1 << 24      # values of a mapped file read at a time when its largest is sought (mapped_top)
+    MAP_CHUNK = 1 << 24      # values of a mapped file read at a time when its ids' range is sought (mapped_top)
+
+    def __post_init__(self):                                 # numpy integers (ids.max() + 1) as int: JSON writes them
+        self.vocab_size, self.block_size, self.n_classes = (int(v) if isinstance(v, np.integer) else v for v in (
+            self.vocab_size, self.block_size, self.n_classes))
 
     def split(self, name):
         if name not in self._splits:
@@ -461,49 +462,63 @@ class Task:
 
     @property
     def vocabulary(self):
-        """What id i stands for where the data defines it, vocabulary[i - 1] (a char run's characters, PTB's words);
-        None where a tokenizer or the task numbers its ids. A checkpoint records it: sample.py decodes with it, and
-        a run resumed or initialised on data that numbers its ids otherwise is refused."""
+        """What id i stands for where the data defines it, vocabulary[i - 1] (a char run's characters, PTB's words),
+        or None. A checkpoint records it: sample.py decodes with it; data that numbers its ids otherwise is refused."""
         return (self.meta or {}).get("chars") or (self.meta or {}).get("words")
 
     def check(self, name, split, source):
-        """A loaded split, checked: a split (what train.py calls on one), with examples; a classification split's labels
-        below n_classes; the token ids it holds (in memory, or a mapped file's, read unless a task did: ids_checked)
-        below vocab_size; the first batch it gives by sample and by batches fitting the task (check_batch)."""
+        """A loaded split, checked: a split (what train.py calls on one) of the task's kind, with examples (an
+        AnswerSplit's, an answer); a classification split's labels below n_classes, its examples within block_size;
+        the token ids it holds (in memory, or a mapped file's, read unless a task did: ids_checked) from 0 to below
+        vocab_size; the first batch it gives by sample and by batches fitting the task (check_batch)."""
         api = ("sample", "batches", "tokens_in", "subset", "__len__")
         if not isinstance(split, ShardedSplit) and not all(callable(getattr(split, m, None)) for m in api):
             raise DataError(f"the {name} split of task {self.name!r} (its loader in "
                             f"{getattr(self.loaders[name], '__module__', '?')}) returned {one_line(repr(split), 60)}, "
                             "not a split: return a data.LMSplit, ClassificationSplit or AnswerSplit (or an object "
                             f"with {', '.join(api)})")
+        ours = [t for t in (LMSplit, AnswerSplit, ClassificationSplit, ShardedSplit) if isinstance(split, t)][:1]
+        if ours and (ours[0] in (LMSplit, AnswerSplit)) != (self.kind == "lm"):
+            raise DataError(f"the {name} split of task {self.name!r} is a data.{ours[0].__name__}, and the task's kind "
+                            f"is {self.kind!r}: its splits are " + ("LMSplits or AnswerSplits" if self.kind == "lm" else
+                                                                    "ClassificationSplits"))
         if not len(split):
-            raise DataError(f"{source} gives no examples for the {name} split of {self.name}")
+            raise DataError(f"{source} ({name} split) gives no examples")
         if isinstance(split, ClassificationSplit):
             check_labels(split.labels, self.n_classes, f"{source} ({name} split)")
+            if split.lengths.max() > self.block_size:
+                raise DataError(f"{source} ({name} split) holds examples of {split.lengths.max()} tokens, and task "
+                                f"{self.name}'s block_size is {self.block_size}: cut them, split.truncate(block_size)")
+        if isinstance(split, AnswerSplit) and not any(np.any(reopened(split.y)[i:i + 4096] != -1)
+                                                      for i in range(0, len(split), 4096)):   # (the first rows, mostly)
+            raise DataError(f"{source} ({name} split) has no answer, its targets y all -1: no accuracy to measure")
         ids = {ClassificationSplit: "tokens", AnswerSplit: "x", LMSplit: "stream"}.get(type(split))
         ids = None if ids is None or getattr(split, "ids_checked", False) else getattr(split, ids)
         mapped, cache = isinstance(ids, np.memmap), os.path.dirname(getattr(ids, "filename", None) or "")
-        top = -1 if ids is None or not np.size(ids) else self.mapped_top(ids) if mapped else int(np.max(ids))
-        if top + getattr(split, "offset", 0) >= self.vocab_size:
-            raise DataError(f"{ids.filename if mapped else source} ({name} split) holds token id "
-                            f"{top + getattr(split, 'offset', 0)}, and task {self.name}'s vocab_size is "
-                            f"{self.vocab_size} (ids 0 to {self.vocab_size - 1}, 0 the padding): " + (
-                                f"a damaged cache: delete {cache} to rebuild it" if mapped and os.path.isfile(
-                                    os.path.join(cache, MANIFEST)) else "count every id"))
+        lo, top = (0, -1) if ids is None or not np.size(ids) else self.mapped_top(ids) if mapped else (
+            int(np.min(ids)), int(np.max(ids)))
+        lo, top = lo + getattr(split, "offset", 0), top + getattr(split, "offset", 0)
+        if lo < 0 or top >= self.vocab_size:
+            bad = lo if lo < 0 else top
+            raise DataError(f"{ids.filename if mapped else source} ({name} split) holds token id {bad}, and task "
+                            f"{self.name}'s vocab_size is {self.vocab_size} (ids 0 to {self.vocab_size - 1}, 0 the "
+                            "padding): " + ("no id is negative" if bad < 0 else f"a damaged cache: delete {cache} to "
+                                            "rebuild it" if mapped and os.path.isfile(os.path.join(cache, MANIFEST))
+                                            else "count every id"))
         for how in () if isinstance(split, ShardedSplit) else ("sample", "batches"):   # (ours, made when needed)
             self.check_batch(name, split, how)
         return split
 
     @staticmethod
     def mapped_top(a):
-        """The largest value of a memory-mapped array, read MAP_CHUNK values at a time through a map of its own."""
-        flat, n = reopened(a).reshape(-1), Task.MAP_CHUNK
-        return max((int(flat[i:i + n].max()) for i in range(0, flat.size, n)), default=-1)
+        """A mapped array's (smallest, largest) value (unsigned: 0 smallest), MAP_CHUNK at a time, in a new map."""
+        flat, n, signed = reopened(a).reshape(-1), Task.MAP_CHUNK, a.dtype.kind != "u"
+        ends = [(int(c.min()) if signed else 0, int(c.max())) for c in (flat[i:i + n] for i in range(0, flat.size, n))]
+        return min(lo for lo, _ in ends), max(hi for _, hi in ends)
 
     def check_batch(self, name, split, how):
-        """The first batch of split.sample(2, a generator of its own) or split.batches(2), drawn as a loader is called,
-        checked: (x, y) int64 tensors, x (B, L) or (B, 2, L), L <= block_size, ids below vocab_size; y as x (lm: ids
-        or -1) or (B,) (labels below n_classes)."""
+        """The first batch of split.sample(2, its own generator) or split.batches(2), checked: (x, y) int64 tensors, x
+        (B, L) or (B, 2, L), L <= block_size, ids below vocab_size; y as x (lm: ids or -1) or (B,), labels."""
         def first():
             return split.sample(2, np.random.default_rng(0)) if how == "sample" else next(iter(split.batches(2)))
         first.__module__ = type(split).__module__            # (the failure's file and line: the split's)
@@ -534,10 +549,9 @@ class Task:
         raise DataError(f"{what} {problem}")
 
     def open(self, training=True):
-        """Load and check, before any work, every split a run uses, so that a missing or bad file fails now
-        rather than after training. Training uses every split the task has (one the data lacks is an error);
-        an evaluation (training=False) uses the val and test splits the data has: a missing one is skipped, and
-        said so. Returns the names of the splits to evaluate."""
+        """Load and check, before any work, every split a run uses (a bad file fails now, not after training):
+        training, every split the task has (one the data lacks: an error); an evaluation (training=False), the val
+        and test splits the data has (one missing: skipped, said so). Returns the names of those to evaluate."""
         names = [s for s in ("train", "val", "test") if self.has(s) or s in self.missing]
         if not training:
             names = [s for s in names if s != "train"]
@@ -556,8 +570,7 @@ class Task:
 # derived from them under a name that changes with them, and cleaning up after killed processes.
 
 class Terminated(BaseException):
-    """SIGTERM (kill, a scheduler's stop) raised where the program is, as Ctrl-C is: its `with` blocks clean up (a
-    pool's workers stopped, temporary files removed) before it ends."""
+    """SIGTERM (kill, a scheduler's stop) raised where the program is, as Ctrl-C is: its `with` blocks clean up."""
 
 
 def terminate(signum, frame):
@@ -565,10 +578,9 @@ def terminate(signum, frame):
 
 
 def worker_pool(processes):
-    """A pool of `processes` spawned workers that ignore Ctrl-C: a terminal sends it to the whole process group, and
-    a worker caught while it imports would print a traceback; the program stops them itself. (Ignored when they
-    start: a Python started so keeps ignoring it. A Ctrl-C in the milliseconds the pool takes to start is lost:
-    press it again. Blocking it instead would not do: starting the workers clears a pending SIGINT.)"""
+    """A pool of `processes` spawned workers that ignore Ctrl-C (a terminal sends it to the whole process group: a
+    worker caught while it imports would print a traceback); the program stops them. (Ignored as they start; one in
+    the pool's first milliseconds is lost: blocking it would not do, starting workers clears a pending SIGINT.)"""
     if threading.current_thread() is not threading.main_thread():   # (signal handlers: the main thread's alone)
         return multiprocessing.get_context("spawn").Pool(processes)
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -622,8 +634,7 @@ def run_program(argv, cwd=None):
 
 
 def stopped_by_pipe():
-    """The reader of stdout went away (... | head -1): end as Unix tools do, killed by SIGPIPE (status 141 in a
-    shell), quietly; where there is no SIGPIPE, exit status 1 (Python's advice)."""
+    """The reader of stdout went away (... | head -1): end quietly, by SIGPIPE as Unix tools do (else exit 1)."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())      # (what is left unflushed goes nowhere)
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -639,8 +650,7 @@ def escape_unshowable():
 
 
 def out_of_memory(e):
-    """Whether the error `e` is running out of memory: Python's, a GPU's, or a RuntimeError of torch's CPU allocator
-    or of a backend that says "out of memory" (Apple's MPS)."""
+    """Whether `e` is running out of memory: Python's, a GPU's, torch's CPU allocator's, or "out of memory" (MPS)."""
     return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or isinstance(e, RuntimeError) and any(
         words in str(e) for words in ("CPUAllocator: can't allocate memory", "out of memory"))
 
@@ -658,8 +668,7 @@ def error_line(e):
 
 
 def cache_dir_problem(path):
-    """Why --cache_dir cannot be used, or None: a folder that can be read (a whole cache there is read, even where
-    nothing can be written), or else one that can be made and written."""
+    """Why --cache_dir cannot be used, or None: a readable folder (its whole caches read there), or one it can write."""
     return None if file_problem(path, folder=True) is None else writable_problem(path)
 
 
@@ -703,11 +712,10 @@ def file_problem(path, folder=False):
 
 
 def release(task_name, data_dir, layout, names, subdirs=(), optional=()):
-    """The one way a task finds its files under --data_dir: (folder, {name: path}). The folder is data_dir
-    itself or the first of `subdirs` under it (a release's top folder, or folders that hold it) that holds
-    any of `names` or `optional`. Each of `names` must be there, a file (a folder when the name ends in "/");
-    an optional one may be absent (path None) but, when there, must be of its kind too. Otherwise a DataError
-    that says what is wrong and shows the layout that works."""
+    """The one way a task finds its files under --data_dir: (folder, {name: path}). The folder is data_dir itself or the
+    first of `subdirs` under it (a release's top folder, or folders that hold it) that holds any of `names` or
+    `optional`: each of `names` a file there (a folder if it ends in "/"), each optional one absent (path None) or so
+    too. Otherwise a DataError: what is wrong, the layout that works."""
     problem = file_problem(data_dir, folder=True)
     if problem:
         why = "" if problem == "is not a folder" else f" (it {problem})"
@@ -762,15 +770,13 @@ def reading(path, what="cannot be read", hint="", formats=True):
 
 
 def read_text(path):
-    """The text of a UTF-8 file (newlines read as Python's text mode does; a byte-order mark before it, as Notepad
-    writes, left out)."""
+    """The text of a UTF-8 file (newlines as text mode reads them; a byte-order mark, as Notepad writes, left out)."""
     with reading(path), open(path, encoding="utf-8-sig") as f:
         return f.read()
 
 
 def read_lines(path):
-    """The lines of a UTF-8 text file, one at a time (a byte-order mark before the first, as Excel and Notepad
-    write, left out)."""
+    """The lines of a UTF-8 text file, one at a time (a byte-order mark, as Excel and Notepad write, left out)."""
     with reading(path), open(path, encoding="utf-8-sig") as f:
         yield from f
 
@@ -809,17 +815,15 @@ def pid_alive(pid):
         return False
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:                                          # EPERM: another user's live process
-        return True
+    except OSError as e:                                     # (EPERM: another user's live process)
+        return not isinstance(e, ProcessLookupError)
     return True
 
 
 def remove_stale_temps(folder, recursive=False, ours=()):
-    """Remove what killed processes left in `folder` (and below it): files and folders NAME.tmp<pid> whose
-    process is gone (a build or a checkpoint write cut short), and the names in `ours` (an older version's
-    NAME.tmp). Those of a live process, a concurrent build on this machine, are kept; so is a user's notes.tmp."""
+    """Remove what killed processes left in `folder` (and below it): files and folders NAME.tmp<pid> whose process is
+    gone (a build or a checkpoint write cut short), and the names in `ours` (an older version's NAME.tmp). A live
+    process's (a concurrent build on this machine) are kept; so is a user's notes.tmp."""
     try:
         entries = list(os.scandir(folder))
     except OSError:
@@ -895,9 +899,8 @@ def write_manifest(folder):
 
 
 def cache_problem(folder):
-    """Why a cached folder cannot be used as it is, or None. Every start checks that each file of its manifest is
-    there with its size (a few stat calls); a file's CRC-32 is read only when its stamp is not the manifest's, so
-    once after each change: a file that kept its bytes (a copy) then gets its new stamp in the manifest."""
+    """Why a cached folder cannot be used as it is, or None. Each start checks each manifest file's size (stat calls);
+    a file's CRC-32 is read only when its stamp is not the manifest's, which then records it (a copy's new stamp)."""
     path = os.path.join(folder, MANIFEST)
     problem = file_problem(path)                             # (a FIFO would be waited on)
     if problem and problem != "does not exist":
@@ -929,13 +932,11 @@ def cache_problem(folder):
 
 
 def cached_dir(folder, build, what=None):
-    """`folder`, built once by build(tmp) into a temporary folder that gets its manifest and is then renamed into
-    place (atomic: an interrupted build leaves no half-written cache, and what a killed one leaves is removed by
-    the next load_task). Concurrent builders: the first rename wins. A folder that fails its check (cache_problem)
-    is built again, said in one line, and replaced only once the new one is whole; a build that cannot write (a
-    read-only folder, a full disk) is a one-line DataError, never the damaged folder. Once built, `what` (if
-    given) and where is printed: nothing before the build has its data, so that a missing source is reported by
-    its one-line error."""
+    """`folder`, built once by build(tmp) into a temporary folder that gets its manifest, then renamed into place
+    (atomic: a build cut short leaves no half-written cache; what a killed one leaves, the next load_task removes).
+    Concurrent builders: the first rename wins. A folder that fails its check (cache_problem) is built again, said
+    in one line, and replaced once the new one is whole; a build that cannot write (a read-only folder, a full disk)
+    is a one-line DataError, never the damaged folder. Once built, `what` (if given) and where is printed."""
     remove_stale_temps(folder)                               # (a killed restamp's manifest.json.tmp<pid>)
     problem = cache_problem(folder) if os.path.isdir(folder) else None
     if os.path.isdir(folder) and problem is None:

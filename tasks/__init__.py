@@ -4,12 +4,14 @@
     task = data.load_task("listops", cache_dir="data")
 
 `python -m tasks.X` prepares a task of module X alone: its last lines hand the command line to data.prepare_main.
-This package, which Python imports before it runs X, says so in one line if X has no such lines.
+This package, which Python imports before it runs X, says so in one line if X has no such lines. It imports every
+module in tasks/ (a new one needs no line here), and one that fails on import is one line naming its file and line.
 """
 
 import importlib
 import importlib.util
 import os
+import pkgutil
 import re
 import signal
 import sys
@@ -21,10 +23,11 @@ if sys.argv[0] == "-m":                                      # python -m tasks.X
 
 import data  # noqa: E402
 
-try:                                                         # (registers every task)
-    from tasks import image, listops, listops_rules, lm, pathfinder, recall, retrieval, text  # noqa: E402,F401
+try:                                                         # every module here, a fork's too, registers its tasks
+    for _m in sorted(m.name for m in pkgutil.iter_modules(__path__) if m.name != "__main__"):   # (a line below: moot)
+        importlib.import_module(f"tasks.{_m}")
 except Exception as e:                                       # a fork's module that fails on import: where, and why
-    frame = traceback.extract_tb(e.__traceback__)[-1]
+    frame = [f for f in traceback.extract_tb(e.__traceback__) if os.path.dirname(f.filename) == __path__[0]][-1]
     file, line, why = (e.filename, e.lineno, e.msg) if isinstance(e, SyntaxError) else (frame.filename, frame.lineno, e)
     print(f"error: {os.path.relpath(file)} line {line} fails on import: {type(e).__name__}: {data.one_line(why, 200)}",
           file=sys.stderr)
@@ -79,13 +82,12 @@ def module_run():
 
 
 def check_entry(module):
-    """python -m MODULE, before Python runs it: no such module, or one without an entry, is one line, exit 2. (A
-    module the import line above lacks is imported first, so that its tasks are registered as the package's.)"""
+    """python -m MODULE, before Python runs it (this package has imported it): no such module, or one without an
+    entry, is one line, exit 2."""
     if module == "tasks" or "." in module[len("tasks."):] or importlib.util.find_spec(module) is None:
         print(f"error: python -m {module}: no such module of tasks; python -m tasks.NAME prepares the tasks of: "
               f"{', '.join(sorted({fn.__module__ for fn in data.TASKS.values()}))}", file=sys.stderr)
         sys.exit(2)
-    importlib.import_module(module)
     if without_entry(module):
         print(f"error: {without_entry(module)}", file=sys.stderr)
         sys.exit(2)

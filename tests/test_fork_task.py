@@ -4,8 +4,12 @@ DataError line when the task is opened (train.py before its model and its first 
 a traceback at the first step."""
 
 import importlib.util
+import json
+import os
 import re
+import shutil
 import signal
+import subprocess
 import sys
 
 import pytest
@@ -17,7 +21,7 @@ FORK = '''"""A fork's tasks: --data_dir names how their splits are bent."""
 import numpy as np
 import torch
 
-from data import ClassificationSplit, LMSplit, Task, task
+from data import AnswerSplit, ClassificationSplit, LMSplit, Task, task
 
 
 class Stream(LMSplit):
@@ -62,7 +66,45 @@ def forkt(cache_dir="data", data_dir="fine", block_size=8, **_):
 @task("forkc")
 def forkc(cache_dir="data", data_dir="fine", block_size=8, **_):
     return Task("forkc", "cls", 16, block_size, 3, loaders={s: lambda: Examples(data_dir) for s in ("train", "val")})
+
+
+@task("forkm")
+def forkm(cache_dir="data", data_dir="fine", block_size=8, note="%d items", **_):
+    """Splits that do not match what the Task declares; its sizes numpy integers (ids.max() + 1), as a fork's may be."""
+    stream, x = np.arange(1, 200) % 15 + 1, np.ones((4, 8), np.int64)
+    y = np.where(np.arange(8) == 7, 2, -1) + 0 * x                      # one answer an example: its last target
+    np.where(np.arange(199) == 150, -1, stream).astype(np.int32).tofile("negative.bin")
+    train, val = {
+        "lm_as_cls": (lambda: LMSplit(stream, 8),) * 2,
+        "cls_as_lm": (lambda: ClassificationSplit(x, np.zeros(4)),) * 2,
+        "long": (lambda: ClassificationSplit(np.ones((5, 20), np.int64), np.zeros(5)),) * 2,
+        "wide": (lambda: LMSplit(stream, 16),) * 2,
+        "no_val_example": (lambda: AnswerSplit(x, y), lambda: AnswerSplit(x[:0], y[:0])),
+        "no_val_answer": (lambda: AnswerSplit(x, y), lambda: AnswerSplit(x, y * 0 - 1)),
+        "negative_id": (lambda: LMSplit(np.where(np.arange(199) == 150, -1, stream), 8),) * 2,
+        "negative_mapped": (lambda: LMSplit(np.memmap("negative.bin", np.int32, "r"), 8),) * 2,
+    }.get(data_dir, (lambda: LMSplit(stream, 8),) * 2)
+    kind = "cls" if data_dir in ("lm_as_cls", "long") else "lm"
+    return Task("forkm", kind, stream.max() + 1, np.int64(block_size), np.int64(2 * (kind == "cls")),
+                loaders={"train": train, "val": val})
 '''
+
+
+MISMATCHES = {   # the held-back battery's f13-f17, f20: a fork's splits that do not fit the Task it declares
+    "lm_as_cls": "the train split of task 'forkm' is a data.LMSplit, and the task's kind is 'cls': its splits are "
+                 "ClassificationSplits",
+    "cls_as_lm": "the train split of task 'forkm' is a data.ClassificationSplit, and the task's kind is 'lm': its "
+                 "splits are LMSplits or AnswerSplits",
+    "long": "the train split of forkm (train split) holds examples of 20 tokens, and task forkm's block_size is 8: cut "
+            "them, split.truncate(block_size)",
+    "wide": "the first batch of the train split of task 'forkm' (sample) has x of shape (2, 16): it should be (B, L) "
+            "with B = 2 and L from 1 to block_size 8",
+    "no_val_example": "the val split of forkm (val split) gives no examples",
+    "no_val_answer": "the val split of forkm (val split) has no answer, its targets y all -1: no accuracy to measure",
+    "negative_id": "the train split of forkm (train split) holds token id -1, and task forkm's vocab_size is 16 (ids 0 "
+                   "to 15, 0 the padding): no id is negative",
+    "negative_mapped": "{tmp}/negative.bin (train split) holds token id -1, and task forkm's vocab_size is 16 (ids 0 "
+                       "to 15, 0 the padding): no id is negative"}
 
 
 @pytest.fixture
@@ -76,7 +118,7 @@ def fork(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "forkt", module)
     spec.loader.exec_module(module)
     for how in ("fine", "none", "int", "raises", "floats", "big", "short", "numpy", "negative", "long", "batches",
-                "labels", "per_token"):
+                "labels", "per_token", *MISMATCHES):
         (tmp_path / how).write_text("")                       # (--data_dir names a path that is there)
     return tmp_path
 
@@ -143,3 +185,71 @@ def test_a_forks_split_whose_first_batch_does_not_fit_the_task_is_one_line(fork,
 def test_a_forks_fitting_splits_open(fork):
     for name in ("forkt", "forkc"):
         assert data.load_task(name, cache_dir="cache", data_dir="fine").open() == ["val"]
+
+
+def train_argv(how, *more):
+    return ["--model", "simpletron", "--task", "forkm", "--data_dir", how, "--cache_dir", "cache", "--max_iters", "1",
+            "--device", "cpu", "--out_dir", "out", *more]
+
+
+@pytest.mark.parametrize("how", MISMATCHES)
+def test_a_forks_splits_that_do_not_fit_its_declared_task_are_one_line_before_any_step(fork, how, capsys):
+    """An lm task handing out ClassificationSplits (a classifier LM windows), examples or windows past block_size, a
+    val AnswerSplit without an example or an answer (ZeroDivisionError after training), an id -1 (IndexError)."""
+    said = MISMATCHES[how].format(tmp=fork)
+    assert refused("forkm", how) == said
+    with pytest.raises(data.DataError) as e:                # train.py: before the model, before any step
+        train.main(train_argv(how))
+    assert str(e.value) == said and "step" not in capsys.readouterr().out and not (fork / "out").exists()
+
+
+def test_a_forks_task_sizes_given_as_numpy_integers_are_ints(fork):
+    """vocab_size = ids.max() + 1, an np.int64: metrics.json's json.dumps raised after training."""
+    task = data.load_task("forkm", cache_dir="cache", data_dir="fine")
+    assert [type(v) for v in (task.vocab_size, task.block_size, task.n_classes)] == [int] * 3
+    train.main(train_argv("fine", "--n_layer", "1", "--n_head", "1", "--n_embd", "8", "--batch_size", "2",
+                          "--eval_iters", "1"))
+    assert json.loads((fork / "out" / "metrics.json").read_text())["task"] == "forkm"
+
+
+def test_a_forks_loader_default_with_a_percent_sign_shows_in_help(fork, capsys):
+    """python -m tasks.X --help formats each flag's help with %: a default "%d items" raised a TypeError."""
+    with pytest.raises(SystemExit) as e:
+        data.prepare_main("forkt", argv=["--help"])
+    assert e.value.code == 0 and "default: %d items" in capsys.readouterr().out
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BROKEN = """import numpy as np
+from data import LMSplit, Task, prepare_main, task
+
+STEPS = undefined_name + 1
+
+
+@task("mytask")
+def mytask(cache_dir="data", block_size=4, **_):
+    return Task("mytask", "lm", 8, block_size, loaders={s: lambda: LMSplit(np.arange(100) % 7, 4) for s in ("train",)})
+
+
+if __name__ == "__main__":
+    prepare_main("tasks.mytask")
+"""
+
+
+def test_a_forks_task_module_failing_on_import_is_one_line_however_tasks_init_imports_it(tmp_path):
+    """tasks/mytask.py with a NameError at module level, imported by a line appended to tasks/__init__.py (below its
+    guarded import): a traceback. Every program says one line naming the file and line, appended line or none."""
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(".*", "out", "data", "__pycache__", "img", "tests"))
+    (repo / "tasks" / "mytask.py").write_text(BROKEN)
+    said = "error: tasks/mytask.py line 4 fails on import: NameError: name 'undefined_name' is not defined\n"
+    for appended in ("", "from tasks import mytask  # noqa: E402, F401\n"):
+        with open(repo / "tasks" / "__init__.py", "a") as f:
+            f.write(appended)
+        for argv in (["train.py", "--help"], ["train.py", "--task", "mytask"], ["-m", "tasks.mytask"]):
+            p = subprocess.run([sys.executable, *argv], cwd=repo, capture_output=True, text=True, timeout=120)
+            assert (p.returncode, p.stderr, p.stdout) == (2, said, ""), (argv, p.stderr)
+    (repo / "tasks" / "mytask.py").write_text(BROKEN.replace("undefined_name", "1"))  # fixed: the appended line moot
+    p = subprocess.run([sys.executable, "-m", "tasks.mytask", "--help"], cwd=repo, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and "--block_size" in p.stdout, p.stderr
