@@ -104,11 +104,17 @@ def model_module(name):
              "docs/architecture.md)" for k in ("Config", "Model") if not isinstance(getattr(module, k, None), type)]
     if not isinstance(getattr(module, "Config", None), type):
         raise UsageError(f"model {name!r}: {lacks[0]}")
+    if not dataclasses.is_dataclass(module.Config):         # (a plain class: its fields cannot be read)
+        raise UsageError(f"model {name!r}: {MODELS[name][0]}.py's Config must be a @dataclass (its fields are "
+                         "train.py's flags: docs/architecture.md)")
     fields = dataclasses.fields(module.Config)
     problems = [f"its Config field {f.name} has the name of train.py's flag --{f.name}; rename the field (docs/"
                 "architecture.md lists the names that are taken)" for f in fields if f.name in (*DEFAULTS, "help")]
     problems += [f"its Config field {f.name} is of type {f.type}; a field is a flag too: bool, int, float or str"
-                 for f in fields if getattr(f.type, "__name__", f.type) not in ("bool", "int", "float", "str")]
+                 for f in fields if field_kind(f) not in FIELD_KINDS]
+    problems += [f"its Config field {f.name} is {'an' if field_kind(f) == 'int' else 'a'} {field_kind(f)} "
+                 f"defaulting to {f.default!r}; give it a default of its type" for f in fields
+                 if f.default is not dataclasses.MISSING and not fits_field(f, f.default)]
     problems += [f"its Config has no field {k} (every model's has {', '.join(COMMON_FIELDS)})"
                  for k in COMMON_FIELDS if k not in {f.name for f in fields}]
     problems += [f"config.MODELS sets {k}, which its Config has no field of" for k in MODELS[name][1]
@@ -119,6 +125,21 @@ def model_module(name):
     if problems:
         raise UsageError(f"model {name!r}: {problems[0]}")
     return module
+
+
+# A Config field's types (its annotation, or its name as a string under `from __future__ import annotations`):
+# name -> (the values of a flag of it, what is allowed); true is no int, an int is a float
+FIELD_KINDS = {"bool": ((bool,), "true or false"), "int": ((int,), "an integer"), "float": ((int, float), "a number"),
+               "str": ((str,), "a string")}
+
+
+def field_kind(f):
+    return getattr(f.type, "__name__", f.type)
+
+
+def fits_field(f, value):
+    kind = FIELD_KINDS.get(field_kind(f), ((object,), ""))[0]
+    return isinstance(value, kind) and not (isinstance(value, bool) and bool not in kind)
 
 
 # What every flag and Config field allows, checked before any data is read: name -> (test, what is allowed).
@@ -479,7 +500,7 @@ def parse_args(argv, description=None):
     p = Parser(prog="train.py", description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
                fromfile_prefix_chars="@")
     for name, typ, default, help in FLAGS:
-        p.add_argument(f"--{name}", default=None, help=f"{help} [{shown.get(name, default)}]",
+        p.add_argument(f"--{name}", default=None, help=f"{help} [{shown.get(name, default)}]".replace("%", "%%"),
                        **(dict(type=to_bool, nargs="?", const=True) if typ is bool else dict(type=typ)))
     meaning, unused = {**COMMON_FIELDS, **FIELD_HELP[MODELS[model_name][0]]}, unused_fields(model_name)
     group = p.add_argument_group(
@@ -487,7 +508,7 @@ def parse_args(argv, description=None):
     for f in config_fields:
         typ = to_bool if f.type in (bool, "bool") else {"int": int, "float": float, "str": str}.get(f.type, f.type)
         group.add_argument(f"--{f.name}", type=typ, default=None, help=argparse.SUPPRESS if f.name in unused else
-                           f"{meaning.get(f.name, '')} [{shown.get(f.name, f.default)}]".strip())
+                           f"{meaning.get(f.name, '')} [{shown.get(f.name, f.default)}]".strip().replace("%", "%%"))
     args = p.parse_args(argv)
     given = {k for k, v in vars(args).items() if v is not None}
     for name in sorted(given & set(unused)):                  # a field the model has but does not use: the first
@@ -630,13 +651,9 @@ def check_moot(args, typed, config):
 
 def check_config(model_name, config_dict, values=True):
     """The model's settings (flags, preset or a checkpoint's): each value, then the model's Config itself."""
-    kinds = {"bool": ((bool,), "true or false"), "int": ((int,), "an integer"), "float": ((int, float), "a number"),
-             "str": ((str,), "a string")}
     for f in dataclasses.fields(model_module(model_name).Config) if values else ():
-        kind, what = kinds.get(getattr(f.type, "__name__", f.type), (object, ""))
-        value = config_dict.get(f.name)
-        if f.name in config_dict and (not isinstance(value, kind) or isinstance(value, bool) and bool not in kind):
-            raise UsageError(f"--{f.name} {value!r}: allowed is {what}")    # ("false" from a file: not False)
+        if f.name in config_dict and not fits_field(f, config_dict[f.name]):   # ("false" from a file: not False)
+            raise UsageError(f"--{f.name} {config_dict[f.name]!r}: allowed is {FIELD_KINDS[field_kind(f)][1]}")
     for name, value in config_dict.items() if values else ():
         check_value(name, value)
     try:
@@ -721,7 +738,7 @@ def build_model(model_name, config_dict):
     on the meta device what meta cannot build, are raised as they are (count_weights judges them)."""
     model_config = check_config(model_name, config_dict, values=False)
     try:
-        return model_module(model_name).Model(model_config)
+        model = model_module(model_name).Model(model_config)
     except Exception as e:
         on_meta = torch.get_default_device().type == "meta"
         if (isinstance(e, (OverflowError, MemoryError)) or data.out_of_memory(e) or isinstance(e, UsageError)
@@ -733,6 +750,10 @@ def build_model(model_name, config_dict):
                                               e)) from None
         why = str(e) or f"assert {(traceback.extract_tb(e.__traceback__)[-1].line or '').removeprefix('assert ')}"
         raise Refusal(f"model {model_name!r} refuses these settings: {data.one_line(why, 200)}") from None
+    if not isinstance(getattr(model, "config", None), type(model_config)):   # (train.py saves it beside the weights)
+        raise Refusal(f"model {model_name!r}: {MODELS[model_name][0]}.py's Model keeps no .config, the Config it was "
+                      "given (self.config = config: train.py reads and saves it; docs/architecture.md)")
+    return model
 
 
 def model_call(model_name, what, fn, *args, **kw):
@@ -898,7 +919,8 @@ def model_of_checkpoint(ckpt, path):
     weights = sum(w.numel() for w in ckpt["model"].values() if torch.is_tensor(w))
     try:                                                     # the settings' model counted first: it must hold them
         with torch.device("meta"):
-            fits = sum(w.numel() for w in build_model(ckpt["model_name"], ckpt["config"]).state_dict().values())
+            fits = sum(w.numel() for w in build_model(ckpt["model_name"], ckpt["config"]).state_dict().values()
+                       if torch.is_tensor(w))               # (not a get_extra_state's dict)
     except (ValueError, OverflowError, MemoryError, TypeError):   # (TypeError: torch's, a size past int64)
         fits = math.inf
     except RuntimeError as e:                                # a size that overflows (block_size 2**62), or an init
@@ -917,8 +939,9 @@ def load_weights(model, state, path):
     except (RuntimeError, TypeError, ValueError) as e:
         first = [line.strip() for line in str(e).splitlines() if line.strip()][:2]   # torch: a title, then the first
         raise UsageError(f"{path}: its weights do not fit the model ({data.one_line(' '.join(first), 200)})") from None
-    now = model.state_dict()
-    if not all(w.isfinite().all() for w in now.values() if w.is_floating_point()):
+    now, weights = model.state_dict(), {k for k, _ in model.named_parameters(remove_duplicate=False)}
+    if not all(not w.isnan().any() and (k not in weights or w.isfinite().all()) for k, w in now.items()
+               if torch.is_tensor(w) and w.is_floating_point()):   # (a buffer may hold -inf: a causal mask)
         raise UsageError(f"{path}: a weight is not finite (nan or inf); use another checkpoint")
     tied = [k for k, w in state.items()                     # two names of one tensor (tied embeddings), two values
             if torch.is_tensor(w) and not torch.equal(now[k].cpu(), w.cpu().to(now[k].dtype))]

@@ -426,7 +426,7 @@ def test_a_forks_model_that_keeps_the_interface_is_taken(forkmodel, monkeypatch)
 
 REFUSING = ("import dataclasses\n\nimport torch\n\n\n@dataclasses.dataclass\nclass Config:\n" + COMMON +
             "\n\nclass Model(torch.nn.Module):\n    def __init__(self, config):\n        super().__init__()\n"
-            "        if config.n_embd % 8:\n"
+            "        self.config = config\n        if config.n_embd % 8:\n"
             "            raise ValueError(f\"n_embd must be a multiple of 8, not {config.n_embd}\")\n"
             "        assert config.n_head <= 4\n"
             "        self.w = torch.nn.Linear(config.n_embd, config.n_embd * config.n_layer)\n")

@@ -3,6 +3,7 @@ the steps that page's "Add a model" and "Add a task" name, and nothing else. The
 named like a train.py flag (eps), which must be refused in one line; renamed, both train a few steps, and the tests
 that read the registries pass. When a new model or task needs a step the page does not name, this test fails."""
 
+import math
 import os
 import re
 import shutil
@@ -537,3 +538,132 @@ def test_a_forks_model_whose_constructor_raises_is_one_line_for_train_py_and_for
     with pytest.raises(train.UsageError) as e:
         run("--data_dir", lo, *TINY, "--max_iters", "1", "--out_dir", tmp_path / "t")
     assert str(e.value) == said and not os.path.exists(tmp_path / "t" / "ckpt.pt")
+
+
+FORK = MODEL.replace("eps: float = 1e-5", "norm_eps: float = 1e-5").replace("eps=config.eps", "eps=config.norm_eps")
+
+
+def fork_model(monkeypatch, tmp_path, source=FORK, help=None):
+    """mymodel.py of `source` in tmp_path, the working folder, registered as docs/architecture.md says (config.MODELS,
+    config.FIELD_HELP); gone again after the test."""
+    import importlib.util
+
+    import config
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mymodel.py").write_text(source)
+    spec = importlib.util.spec_from_file_location("mymodel", str(tmp_path / "mymodel.py"))
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "mymodel", module)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(config.MODELS, "mymodel", ("mymodel", {}))
+    monkeypatch.setitem(config.FIELD_HELP, "mymodel", help or {"norm_eps": "the LayerNorm's epsilon"})
+    return module
+
+
+def fork_text(tmp_path):
+    """train.py's flags of a tiny run of mymodel on a text file, as bytes."""
+    (tmp_path / "txt").mkdir(exist_ok=True)
+    (tmp_path / "txt" / "a.txt").write_text("to be or not to be, that is the question\n" * 20, encoding="utf-8")
+    return ["--model", "mymodel", "--task", "textfile", "--data_dir", tmp_path / "txt", "--tokenizer", "byte",
+            "--block_size", "8", "--cache_dir", tmp_path / "c", "--n_embd", "16", "--batch_size", "4", "--eval_iters",
+            "1", "--device", "cpu"]
+
+
+VALID_FORKS = {   # battery f07, f08: a valid model whose state_dict holds more than finite weights
+    "a causal mask of -inf": ("        self.out = ", '        self.register_buffer("mask", torch.full('
+                              '(config.block_size,) * 2, float("-inf")).triu(1))\n        self.out = '),
+    "an extra state": ("    def forward(self", "    def get_extra_state(self):\n        return {\"version\": 2, "
+                       "\"name\": \"mine\"}\n\n    def set_extra_state(self, state):\n        self.version = "
+                       "state[\"version\"]\n\n    def forward(self"),
+}
+
+
+@pytest.mark.parametrize("change", VALID_FORKS)
+def test_a_forks_valid_state_beyond_finite_weights_trains_resumes_and_samples(change, tmp_path, monkeypatch):
+    """Battery f07: a persistent mask of -inf was refused as "a weight is not finite" on --resume and by sample.py;
+    f08: get_extra_state's dict in the state_dict was an AttributeError traceback (.is_floating_point() of a dict).
+    Parameters must be finite and a buffer may hold ±inf but no nan; only tensors are checked."""
+    import io
+
+    import config
+    import sample
+    from test_train import run
+    old, new = VALID_FORKS[change]
+    fork_model(monkeypatch, tmp_path, FORK.replace(old, new))
+    run(*fork_text(tmp_path), "--max_iters", "2", "--out_dir", "o")
+    run(*fork_text(tmp_path), "--max_iters", "3", "--out_dir", "o", "--resume")
+    ckpt = config.load_checkpoint("o/ckpt.pt")
+    assert ckpt["iter"] == 3 and ("mask" in ckpt["model"] or ckpt["model"]["_extra_state"]["version"] == 2)
+    y = sample.main(["--ckpt", "o/ckpt.pt", "--num_samples", "1", "--max_new_tokens", "3", "--device", "cpu"],
+                    out=io.StringIO())
+    assert y.shape == (1, 4)
+    model = config.model_of_checkpoint(ckpt, "o/ckpt.pt")
+    for name, value in (("out.weight", math.inf), *((("mask", math.nan),) if "mask" in new else ())):
+        state = {**ckpt["model"], name: ckpt["model"][name].clone().fill_(value)}
+        with pytest.raises(config.UsageError, match=r"^x\.pt: a weight is not finite \(nan or inf\); use another"):
+            config.load_weights(model, state, "x.pt")
+
+
+def test_a_forks_config_that_is_no_dataclass_or_has_a_default_not_of_its_type_is_one_line(tmp_path, monkeypatch):
+    """Battery f09: a plain class Config was a TypeError traceback (dataclasses.fields); f10: `window: int = 0.5`
+    trained, and its own checkpoint was refused later. Either is one line at model_module, before any step; types
+    written as strings (`from __future__ import annotations`) are read alike, true is no int, 1 is a float."""
+    import config
+    from test_train import run
+    fields = "    n_classes: int = 0          # classes\n"
+    cases = [(FORK.replace("@dataclass\n", ""), "model 'mymodel': mymodel.py's Config must be a @dataclass"),
+             (FORK.replace(fields, fields + "    window: int = 0.5\n"),
+              "model 'mymodel': its Config field window is an int defaulting to 0.5; give it a default of its type"),
+             (FORK.replace(fields, fields + "    window: int = True\n"),
+              "model 'mymodel': its Config field window is an int defaulting to True"),
+             (FORK.replace(fields, fields + "    window: bool = 1\n"),
+              "model 'mymodel': its Config field window is a bool defaulting to 1"),
+             (FORK.replace(fields, fields + "    window: str = None\n"),
+              "model 'mymodel': its Config field window is a str defaulting to None")]
+    cases += [("from __future__ import annotations\n" + source, said) for source, said in cases[1:2]]
+    for source, said in cases:
+        fork_model(monkeypatch, tmp_path, source, help={"norm_eps": "eps", "window": "tokens"})
+        with pytest.raises(config.UsageError) as e:
+            run(*fork_text(tmp_path), "--max_iters", "1", "--out_dir", "o")
+        assert str(e.value).startswith(said) and "\n" not in str(e.value), str(e.value)
+        assert not os.path.exists("o/ckpt.pt")
+    for future in ("", "from __future__ import annotations\n"):    # valid: trained
+        fork_model(monkeypatch, tmp_path, future + FORK.replace(fields, fields + "    scale: float = 1\n"),
+                   help={"norm_eps": "eps", "scale": "a number"})
+        run(*fork_text(tmp_path), "--max_iters", "1", "--out_dir", f"ok{len(future)}")
+        assert config.load_checkpoint(f"ok{len(future)}/ckpt.pt")["config"]["scale"] == 1
+
+
+def test_a_forks_help_with_a_percent_sign_is_shown(tmp_path, monkeypatch, capsys):
+    """Battery f11: FIELD_HELP text (or a str default) with % was argparse's formatting traceback under --help."""
+    import config
+    fields = "    n_classes: int = 0          # classes\n"
+    fork_model(monkeypatch, tmp_path, FORK.replace(fields, fields + '    fmt: str = "%d tokens"\n'),
+               help={"norm_eps": "eps", "fmt": "50% of the %(prog)s width"})
+    with pytest.raises(SystemExit) as e:
+        config.parse_args(["--model", "mymodel", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "50% of the %(prog)s width [%d tokens]" in " ".join(out.split()), out
+
+
+@pytest.mark.parametrize("change, said", [
+    (("self.config = config", "self.cfg = config"), "model 'mymodel': mymodel.py's Model keeps no .config, the Config "
+                                                    "it was given"),
+    (("config.n_embd)\n", "config.n_embed)\n"), "model 'mymodel': Model(config) (mymodel.py line {line}) fails: "
+                                                 "AttributeError: 'Config' object has no attribute 'n_embed'"),
+])
+def test_a_forks_model_that_keeps_no_config_or_reads_a_field_it_lacks_is_one_line(change, said, tmp_path,
+                                                                                 monkeypatch):
+    """Battery f12: a Model keeping its Config as self.cfg trained to train.py's model_line (getattr(model.config,
+    k)): a traceback; train.py saves model.config beside the weights. f22: a Model reading config.n_embed (a typo):
+    an AttributeError, on meta too. Each is one line naming mymodel.py, before any data is read."""
+    import config
+    import data
+    from test_train import run
+    fork_model(monkeypatch, tmp_path, FORK.replace(*change))
+    line = next(i for i, text in enumerate(FORK.replace(*change).splitlines(), 1) if change[1].strip() in text)
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    with pytest.raises(config.UsageError) as e:
+        run(*fork_text(tmp_path), "--max_iters", "1", "--out_dir", "o")
+    msg = str(e.value)
+    assert msg.startswith(said.format(line=line)) and "\n" not in msg and "Traceback" not in msg, msg
