@@ -844,12 +844,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def subcommand_doc(name):
     """The paragraph of the module docstring that begins with the subcommand's name."""
-    found = re.search(rf"^{name} +(.*?)(?=^(?:{'|'.join(SUBCOMMANDS)}) |\Z)", __doc__, re.M | re.S)
+    found = re.search(rf"^{name} +(.*?)(?=^(?:{'|'.join(SUBCOMMANDS)}) |\Z)", __doc__ or "", re.M | re.S)
     return "\n".join(line.strip() for line in found.group(1).strip().splitlines()) if found else ""
 
 
 def parse(argv):
-    p = Parser(description=__doc__, formatter_class=HelpFormatter)
+    p = Parser(description=__doc__ or "Look inside the models: the papers' analyses.", formatter_class=HelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="SUBCOMMAND", parser_class=Parser)
     s = {}
     for name, (what, models) in SUBCOMMANDS.items():

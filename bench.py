@@ -850,7 +850,7 @@ def plot_generate(records, machine):
 # ----------------------------------------------------------------------------------------------
 # Command line
 def parse(argv):
-    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__ or "Benchmark of the models.", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="out/analysis", help="folder for speed.json, speed.md and the plots")
     p.add_argument("--models", default=",".join(MODELS),
                    help="models of train.py, or one attention alone: " + ", ".join(ATTENTION))

@@ -7,11 +7,18 @@ process, and every method does nothing.
 
 import datetime
 import os
+import socket
+import time
 
 import numpy as np
 import torch
 
+import data
 from config import UsageError
+
+# how long the processes of a launch wait for one another at MASTER_ADDR:MASTER_PORT (torch's own wait: 30 min);
+# under torchrun's agent (TORCHELASTIC_USE_AGENT_STORE=True) they met in its rendezvous, which it bounds itself
+MEETING_SECONDS = 300
 
 
 class Distributed:
@@ -31,7 +38,12 @@ class Distributed:
             if self.local_rank >= torch.cuda.device_count():
                 raise UsageError(f"--nproc_per_node is more than the {torch.cuda.device_count()} GPUs of this machine")
             torch.cuda.set_device(self.local_rank)           # "cuda" is now this process's own GPU
-        torch.distributed.init_process_group("nccl" if device == "cuda" else "gloo")
+        backend = "nccl" if device == "cuda" else "gloo"
+        if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":       # (as torch's env:// tells them apart)
+            torch.distributed.init_process_group(backend)
+        else:
+            store = meeting_store(self.rank, self.world, MEETING_SECONDS)
+            torch.distributed.init_process_group(backend, store=store, rank=self.rank, world_size=self.world)
         # where the others wait while rank 0 prepares the data: as long as that takes (a download: hours)
         self.waiting_room = torch.distributed.new_group(backend="gloo", timeout=datetime.timedelta(days=1))
 
@@ -81,6 +93,43 @@ class Distributed:
         flag = torch.tensor([float(failed)])
         torch.distributed.all_reduce(flag, group=self.waiting_room)
         return flag.item() > 0
+
+
+def meeting_store(rank, world, seconds):
+    """The store where the WORLD_SIZE processes meet, as torch's env:// makes it (rank 0 serves it at MASTER_ADDR:
+    MASTER_PORT), once every one has come; one line after `seconds` if one has not. Then torch's default timeout
+    again: the process group's operations keep theirs."""
+    addr, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    deadline, where = time.monotonic() + seconds, f"MASTER_ADDR={addr} MASTER_PORT={port}"
+    start = f"start them all (torchrun --nproc_per_node {world} train.py ..., or each by hand with its RANK)"
+    while rank and not reachable(addr, port):                # (TCPStore's own wait ends in a C++ stack trace)
+        if time.monotonic() > deadline:
+            raise UsageError(f"waited {seconds:g} s for rank 0 at {where}, of the WORLD_SIZE={world} processes: "
+                             + start)
+        time.sleep(0.2)
+    try:
+        store = torch.distributed.TCPStore(addr, port, world, rank == 0, wait_for_workers=False, multi_tenant=True,
+                                           timeout=datetime.timedelta(seconds=max(1, deadline - time.monotonic())))
+        came = store.add("train.py/came", 1)
+        while came < world and time.monotonic() < deadline:
+            time.sleep(0.1)
+            came = store.add("train.py/came", 0)
+    except torch.distributed.DistError as e:
+        raise UsageError(f"{where}: {data.one_line(e, 150)}") from None
+    if came < world:
+        raise UsageError(f"waited {seconds:g} s for the other {world - came} of the WORLD_SIZE={world} processes "
+                         f"({came} came): {start}")
+    store.set_timeout(torch.distributed.constants.default_pg_timeout)
+    return store
+
+
+def reachable(addr, port):
+    """Whether a server listens at addr:port."""
+    try:
+        socket.create_connection((addr, port), timeout=2).close()
+        return True
+    except OSError:
+        return False
 
 
 def build_every_split(task, eval_only, n_train):

@@ -866,7 +866,8 @@ def check(a):
 
 
 def main(argv=None):
-    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__ or "The results tables, one command each (docs/results.md).",
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("table", nargs="?", help="one of: " + ", ".join(TABLES))
     p.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (default 0,1,2)")
     p.add_argument("--data_dir", help="the task's files (otherwise Hugging Face or generated)")

@@ -37,7 +37,10 @@ def settings(argv, description=None):
         source_dir = os.path.dirname(os.path.abspath(args.init_from))
         args.out_dir = os.path.relpath(source_dir + ("-eval" if args.eval_only else "-finetune"))
     args.out_dir = os.path.join("out", f"{args.model}-{args.task}") if args.out_dir is None else args.out_dir
+    source_file = args.transfer_from                         # a resumed run's weights are all in ckpt.pt: the
+    args.transfer_from = None if ckpt else source_file       # file it was started from is not read (nor needed)
     check_args(args, typed)                                  # every flag, before any data is read
+    args.transfer_from = source_file
     # the model's settings: a resumed run's, the --init_from checkpoint's with the fields given, or new
     if ckpt is not None:                                     # (resume_state refused any field it cannot change)
         config_dict = {**ckpt["config"], **{k: v for k, v in overrides.items() if k in given}}
@@ -326,7 +329,7 @@ def build_run_model(args, config_dict, source, ckpt, pretrained):
                              "model, or train a new one without --init_from") from None
     if (args.steps is not None or args.lora_rank) and ckpt is None:
         model = discretised(model, args, source)
-    if args.transfer_from:                                   # SimpleTRON's Section 4.2
+    if args.transfer_from and ckpt is None:                  # SimpleTRON's Section 4.2 (resumed: in ckpt.pt)
         simple = load_checkpoint(args.transfer_from)
         trained = build_model(simple["model_name"], simple["config"])
         load_weights(trained, simple["model"], args.transfer_from)

@@ -49,7 +49,8 @@ MAX_WORK, STEP_OPS, GPU_SPEEDUP = 2e12, 50_000, 100
 
 
 def parse(argv):
-    p = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(description=__doc__ or "Sample text from a language model trained by train.py.",
+               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ckpt", required=True, help="a ckpt.pt written by train.py for a language-model task")
     p.add_argument("--start", default="\n", help='the prompt, or FILE:path to read it from a file (default "\\n": '
                    "a line break, for PTB the start of a sentence)")

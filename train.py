@@ -26,6 +26,7 @@ import math
 import os
 import re
 import signal
+import socket
 import sys
 import threading
 import time
@@ -539,8 +540,9 @@ def train_session(args, dist, folder, train, task, model, ckpt, autocast, scaler
             raise Interrupted(f"{e}; {again}", e.status) from None
 
 
-def main(argv=None):
-    t_start = time.time()
+def check_torchrun_env():
+    """torchrun's variables, before any work: RANK and WORLD_SIZE (both or neither, process numbers), and with them
+    MASTER_ADDR, a machine's name that resolves, and MASTER_PORT, a port number."""
     bad = next((k for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE")
                 if k in os.environ and not re.fullmatch(r"[0-9]+", os.environ[k])), None)
     if bad:
@@ -556,7 +558,31 @@ def main(argv=None):
         raise UsageError(f"RANK is set but MASTER_ADDR or MASTER_PORT (a port number 1 .. 65535) is not (MASTER_ADDR="
                          f"{data.one_line(repr(addr), 60)}, MASTER_PORT={data.one_line(repr(port), 20)}): torchrun "
                          "sets all three; unset RANK and WORLD_SIZE, or start the run with torchrun")
-    args, typed, source, ckpt, pretrained, config_dict = settings(sys.argv[1:] if argv is None else argv, __doc__)
+    if "RANK" in os.environ and (problem := address_problem(addr)):
+        raise UsageError(f"MASTER_ADDR={data.one_line(repr(addr), 60)} is no address of a machine ({problem}): "
+                         "torchrun sets it (--master_addr, --rdzv_endpoint; one machine: --standalone)")
+
+
+def address_problem(host, seconds=10):
+    """Why host resolves to no address (socket.getaddrinfo, which has no timeout: waited for `seconds`), or None."""
+    found = []
+
+    def look():
+        try:
+            found.append(None if socket.getaddrinfo(host, None) else "no address")
+        except (OSError, UnicodeError, ValueError) as e:
+            found.append(data.one_line(e, 80))
+    thread = threading.Thread(target=look, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return found[0] if found else f"not resolved within {seconds} s"
+
+
+def main(argv=None):
+    t_start = time.time()
+    check_torchrun_env()
+    args, typed, source, ckpt, pretrained, config_dict = settings(
+        sys.argv[1:] if argv is None else argv, __doc__ or "Train or evaluate any model of this project on any task.")
     dist = Distributed(args.device)                          # torchrun's processes, or this one alone
     if ckpt is not None and ckpt.get("world_size", 1) != dist.world and "batch_size" not in typed:
         rescale_batch(ckpt, dist, args)                      # resumed on another number of processes

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -299,6 +300,7 @@ def test_torchruns_local_rank_picks_the_gpu_and_one_past_the_last_is_refused(mon
     monkeypatch.setattr(torch.cuda, "set_device", chosen.append)
     monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **k: None)
     monkeypatch.setattr(torch.distributed, "new_group", lambda *a, **k: None)
+    monkeypatch.setattr(ddp, "meeting_store", lambda *a: None)
     d = ddp.Distributed("cuda")
     assert (chosen, d.rank, d.world, d.local_rank, d.master) == ([1], 5, 8, 1, False)
 
@@ -320,3 +322,60 @@ def test_a_rank_without_torchruns_address_is_one_line_before_any_work(addr, port
     monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
     with pytest.raises(train.UsageError, match="^RANK is set but MASTER_ADDR or MASTER_PORT"):
         train.main(["--max_iters", "1"])
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])
+
+
+def test_a_master_addr_that_names_no_machine_is_one_line_before_any_work(monkeypatch):
+    """Battery t30: MASTER_ADDR=no.such.host.invalid was a traceback from init_process_group (or a long hang)."""
+    for k, v in dict(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="no.such.host.invalid",
+                     MASTER_PORT=free_port()).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **k: pytest.fail("no check"))
+    with pytest.raises(train.UsageError, match=r"^MASTER_ADDR='no\.such\.host\.invalid' is no address of a machine "
+                                               r"\(.+\): torchrun sets it \(--master_addr"):
+        train.main(["--max_iters", "1"])
+    monkeypatch.setattr(train.socket, "getaddrinfo", lambda *a: time.sleep(5))     # a resolver that hangs: bounded
+    t0 = time.time()
+    assert train.address_problem("x", seconds=0.3) == "not resolved within 0.3 s" and time.time() - t0 < 2
+    monkeypatch.undo()
+    assert train.address_problem("localhost") is None and train.address_problem("127.0.0.1") is None
+
+
+@pytest.mark.parametrize("rank, words", [("0", "the other 1 of the WORLD_SIZE=2 processes (1 came): start them all "
+                                                "(torchrun --nproc_per_node 2 train.py ..."),
+                                         ("1", "rank 0 at MASTER_ADDR=127.0.0.1 MASTER_PORT=")])
+def test_a_process_whose_others_never_come_waits_a_bounded_time_then_says_so(rank, words, monkeypatch):
+    """Battery t57: RANK=0 WORLD_SIZE=2 with only this process waited torch's 30 min for rank 1; now MEETING_SECONDS
+    (here 1), then one line, before any data (rank 1 without rank 0: the same)."""
+    for k, v in dict(RANK=rank, WORLD_SIZE="2", LOCAL_RANK=rank, MASTER_ADDR="127.0.0.1",
+                     MASTER_PORT=free_port()).items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(ddp, "MEETING_SECONDS", 1)
+    monkeypatch.setattr(data, "load_task", lambda *a, **k: pytest.fail("data was read"))
+    t0 = time.time()
+    with pytest.raises(train.UsageError, match=f"^waited 1 s for {re.escape(words)}"):
+        train.main(["--max_iters", "1", "--device", "cpu"])
+    assert time.time() - t0 < 10 and not torch.distributed.is_initialized()
+
+
+def test_the_processes_meet_in_a_store_of_torchs_default_timeout_or_torchruns_agents(monkeypatch):
+    """The bounded wait is the meeting's alone: the store the process group gets has torch's default timeout (the
+    group's operations keep theirs); under torchrun's agent, init_process_group meets in the agent's store."""
+    for k, v in dict(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port()).items():
+        monkeypatch.setenv(k, v)
+    store = ddp.meeting_store(0, 1, 5)
+    assert store.timeout == torch.distributed.constants.default_pg_timeout and store.add("train.py/came", 0) == 1
+    calls = []
+    monkeypatch.setattr(torch.distributed, "init_process_group", lambda *a, **k: calls.append((a, k)))
+    monkeypatch.setattr(torch.distributed, "new_group", lambda *a, **k: None)
+    monkeypatch.setattr(ddp, "meeting_store", lambda *a: pytest.fail("met twice"))
+    monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "True")
+    ddp.Distributed("cpu")
+    assert calls == [(("gloo",), {})]

@@ -974,3 +974,24 @@ def test_a_reader_of_stdout_gone_ends_the_program_as_sigpipe_would_quietly(progr
     os.close(w)
     assert p.returncode == -signal.SIGPIPE and p.stderr == "", (p.returncode, p.stderr)
     assert not (tmp_path / "o" / "lock").exists()           # (train.py: its folder released first)
+
+
+@pytest.mark.parametrize("argv", [
+    lambda w, t: ["train.py", "--task", "textfile", "--data_dir", w.txt, "--tokenizer", "char", *TINY, "--out_dir",
+                  t / "o", "--cache_dir", w.root / "cache"],
+    lambda w, t: ["sample.py", "--ckpt", w.lm, "--start", "to be", "--max_new_tokens", "4", "--device", "cpu"],
+    lambda w, t: ["analyze.py", "cluster", "--tokens", "6", "--steps", "4", "--degrees", "0", "--out", t / "a"],
+    lambda w, t: ["analyze.py", "spectra", "--ckpt", w.lm, "--out", t / "a"],
+    lambda w, t: ["bench.py", "--models", "simpletron", "--lengths", "16", "--repeats", "1", "--inner", "1",
+                  "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--vocab", "32", "--device", "cpu",
+                  "--out", t / "b"],
+    lambda w, t: ["experiments.py", "--list", "ptb"]], ids=["train", "sample", "cluster", "spectra", "bench", "exp"])
+def test_every_program_runs_with_docstrings_stripped(argv, w, tmp_path):
+    """Battery a08: python -OO (PYTHONOPTIMIZE=2: no docstrings, no asserts) ran analyze.py's re.search on a __doc__
+    of None, a traceback; each program's --help (a subcommand's too) and a short real command, under -OO."""
+    argv = [str(a) for a in argv(w, tmp_path)]
+    program = argv[:2] if argv[0] == "analyze.py" else argv[:1]
+    for cmd in ([*program, "--help"], argv):
+        out = command("-OO", *cmd, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        assert out.returncode == 0 and "Traceback" not in out.stderr, (cmd, out.stderr[-2000:])
+        assert out.stdout.strip(), cmd

@@ -18,6 +18,7 @@ import bench
 import config
 import data
 import rundir
+import runsetup
 import simpletron
 import train
 from test_train import TINY, losses, run, write_listops
@@ -466,6 +467,31 @@ def test_resume_with_another_model_or_task_is_one_line(lra, tmp_path, monkeypatc
         with pytest.raises(train.UsageError) as e:
             run("--resume", "--out_dir", tmp_path / "o", *flags)
         one_line(e, words, f"{tmp_path / 'o'} holds a simpletron run on listops, which --resume continues as it is")
+
+
+def test_a_resume_needs_not_the_checkpoint_it_started_from(lra, tmp_path, monkeypatch):
+    """Battery t21: --transfer_from S, S's folder deleted, then --resume: ckpt.pt holds every weight, so the source
+    that is gone is not read (nor one that is there); the same for --init_from. Another source typed: refused."""
+    common = ["--data_dir", lra, *TINY, "--max_iters", "2"]
+    run(*common, "--out_dir", tmp_path / "s")
+    run(*common, "--model", "softmax", "--transfer_from", tmp_path / "s" / "ckpt.pt", "--out_dir", tmp_path / "t")
+    run(*common, "--init_from", tmp_path / "s" / "ckpt.pt", "--out_dir", tmp_path / "i")
+    frozen = torch.load(tmp_path / "t" / "ckpt.pt", map_location="cpu", weights_only=True)["model"]
+    os.replace(tmp_path / "s", tmp_path / "gone")
+    with pytest.raises(train.UsageError) as e:
+        run("--resume", "--out_dir", tmp_path / "t", "--transfer_from", tmp_path / "gone" / "ckpt.pt")
+    one_line(e, f"--transfer_from {tmp_path / 'gone' / 'ckpt.pt'}: {tmp_path / 't'} holds a softmax run on listops")
+    for out in ("t", "i"):
+        assert run("--resume", "--out_dir", tmp_path / out, "--max_iters", "4")["iters"] == 4
+    run("--resume", "--out_dir", tmp_path / "t", "--max_iters", "5", "--transfer_from", tmp_path / "s" / "ckpt.pt")
+    now = torch.load(tmp_path / "t" / "ckpt.pt", map_location="cpu", weights_only=True)["model"]
+    assert torch.equal(now["blocks.0.attn.qkv.weight"], frozen["blocks.0.attn.qkv.weight"])     # still frozen
+    os.replace(tmp_path / "gone", tmp_path / "s")                              # there: not read either
+    read, load = [], config.load_checkpoint
+    for module in (config, runsetup):
+        monkeypatch.setattr(module, "load_checkpoint", lambda p, **k: read.append(str(p)) or load(p, **k))
+    assert run("--resume", "--out_dir", tmp_path / "t", "--max_iters", "6")["iters"] == 6
+    assert str(tmp_path / "s" / "ckpt.pt") not in read and str(tmp_path / "t" / "ckpt.pt") in read
 
 
 def edit_ckpt(path, **change):
