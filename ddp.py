@@ -110,10 +110,14 @@ def meeting_store(rank, world, seconds):
     try:
         store = torch.distributed.TCPStore(addr, port, world, rank == 0, wait_for_workers=False, multi_tenant=True,
                                            timeout=datetime.timedelta(seconds=max(1, deadline - time.monotonic())))
-        came = store.add("train.py/came", 1)
+        came, said = store.add("train.py/came", 1), time.monotonic() + min(5, seconds / 2)
         while came < world and time.monotonic() < deadline:
             time.sleep(0.1)
             came = store.add("train.py/came", 0)
+            if rank == 0 and said and time.monotonic() > said:   # (said once, so that a wait is no silent hang)
+                print(f"waiting for {world - came} of the WORLD_SIZE={world} processes at {where} (up to "
+                      f"{seconds:g} s)", flush=True)
+                said = None
     except torch.distributed.DistError as e:
         raise UsageError(f"{where}: {data.one_line(e, 150)}") from None
     if came < world:

@@ -351,7 +351,7 @@ def test_a_master_addr_that_names_no_machine_is_one_line_before_any_work(monkeyp
 @pytest.mark.parametrize("rank, words", [("0", "the other 1 of the WORLD_SIZE=2 processes (1 came): start them all "
                                                 "(torchrun --nproc_per_node 2 train.py ..."),
                                          ("1", "rank 0 at MASTER_ADDR=127.0.0.1 MASTER_PORT=")])
-def test_a_process_whose_others_never_come_waits_a_bounded_time_then_says_so(rank, words, monkeypatch):
+def test_a_process_whose_others_never_come_waits_a_bounded_time_then_says_so(rank, words, monkeypatch, capsys):
     """Battery t57: RANK=0 WORLD_SIZE=2 with only this process waited torch's 30 min for rank 1; now MEETING_SECONDS
     (here 1), then one line, before any data (rank 1 without rank 0: the same)."""
     for k, v in dict(RANK=rank, WORLD_SIZE="2", LOCAL_RANK=rank, MASTER_ADDR="127.0.0.1",
@@ -363,6 +363,8 @@ def test_a_process_whose_others_never_come_waits_a_bounded_time_then_says_so(ran
     with pytest.raises(train.UsageError, match=f"^waited 1 s for {re.escape(words)}"):
         train.main(["--max_iters", "1", "--device", "cpu"])
     assert time.time() - t0 < 10 and not torch.distributed.is_initialized()
+    said = capsys.readouterr().out.count("waiting for 1 of the WORLD_SIZE=2 processes at MASTER_ADDR=127.0.0.1 ")
+    assert said == (rank == "0")                             # (rank 0, once, half-way: a wait is no silent hang)
 
 
 def test_the_processes_meet_in_a_store_of_torchs_default_timeout_or_torchruns_agents(monkeypatch):
