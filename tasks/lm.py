@@ -156,8 +156,9 @@ def load_bin(path, dtype):
     return np.memmap(path, dtype=dtype, mode="r") if size else np.zeros(0, dtype)
 
 
-def lm_bin_task(name, folder, block_size, splits, sources=None):
-    """A language-model Task over a folder of .bin streams described by its meta.json (vocab_size, dtype)."""
+def lm_bin_task(name, folder, block_size, splits, sources=None, stamps=None):
+    """A language-model Task over a folder of .bin streams described by its meta.json (vocab_size, dtype); with
+    `stamps`, each stream's ids checked once per change of it (check_ids), not at every start (data.Task.check)."""
     meta = load_json(os.path.join(folder, "meta.json"))
     hint = f"; delete {folder} to rebuild it" if sources is None else ""
     try:
@@ -172,9 +173,16 @@ def lm_bin_task(name, folder, block_size, splits, sources=None):
         raise DataError(f"{os.path.join(folder, 'meta.json')}: {got + ': ' if got else ''}expected {{\"vocab_size\": "
                         f"N, \"dtype\": \"uint16\"}} (and \"chars\": N - 1 characters, if any){hint}") from None
     sources = sources or {s: os.path.join(folder, f"{s}.bin") for s in splits}
-    loaders = {s: (lambda s=s, source=sources[s]: LMSplit(load_bin(os.path.join(folder, f"{s}.bin"), dtype),
-                                                          block_size, source)) for s in splits}
-    return Task(name, "lm", vocab_size, block_size, 0, loaders, sources=sources, meta=meta)
+
+    def load(s):
+        if stamps:
+            check_ids(os.path.join(folder, f"{s}.bin"), dtype, vocab_size, f"the {vocab_size:,} ids of its meta.json: "
+                      f"a damaged cache, delete {folder} to rebuild it", stamps)
+        split = LMSplit(load_bin(os.path.join(folder, f"{s}.bin"), dtype), block_size, sources[s])
+        split.ids_checked = bool(stamps)                     # (else data.Task.check reads them)
+        return split
+    return Task(name, "lm", vocab_size, block_size, 0, {s: (lambda s=s: load(s)) for s in splits}, sources=sources,
+                meta=meta)
 
 
 @task("wikitext103")
@@ -307,7 +315,9 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
                                                    "dtype": np.dtype(id_dtype(enc.n_vocab)).name})
 
     cached_dir(folder, build, f"openwebtext: tokenised with {tokenizer}")
-    return lm_bin_task("openwebtext", folder, block_size, ("train", "val"))
+    stamps = os.path.join(cache_dir, "openwebtext", "checked")   # (~18 GB: read once, as --data_dir's files are;
+    writable = os.access(os.path.dirname(folder), os.W_OK)       # a read-only cache is read at every start)
+    return lm_bin_task("openwebtext", folder, block_size, ("train", "val"), stamps=stamps if writable else None)
 
 
 @task("textfile")

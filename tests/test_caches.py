@@ -12,6 +12,7 @@ import pytest
 
 import data
 import train
+from test_data import hf  # noqa: F401  (a fixture: the Hugging Face download replaced)
 
 MAPPED = '''"""A fork's task over nanoGPT-style .bin files of uint16 ids, memory-mapped."""
 import numpy as np
@@ -120,3 +121,28 @@ def test_a_meta_json_vocab_size_no_float_can_hold_names_meta_json_and_the_value(
         data.load_task("openwebtext", cache_dir=tmp_path / "c", data_dir=str(folder), block_size=8)
     assert str(e.value).startswith(f"{folder / 'meta.json'}: \"vocab_size\": {shown}, \"dtype\": \"uint16\": "
                                    "expected"), str(e.value)
+
+
+def test_openwebtexts_cache_has_its_ids_checked_once_per_change_not_at_every_start(tmp_path, monkeypatch, hf):
+    """openwebtext's cache (~18 GB built from Hugging Face) is not read whole at every start, as data.Task.check
+    reads a mapped stream: its ids are checked once per change of a file (a record in openwebtext/checked/, as
+    --data_dir's files are), and a file forged with its manifest rewritten is read again and refused in one line."""
+    from tasks import lm
+    from test_cache import hf_openwebtext
+    hf_openwebtext(hf)
+    kw = dict(cache_dir=str(tmp_path / "c"), tokenizer="byte", block_size=8)
+    data.load_task("openwebtext", **kw).open()
+    assert len(list((tmp_path / "c" / "openwebtext" / "checked").iterdir())) == 2     # train.bin and val.bin
+    with monkeypatch.context() as m:                         # the next start reads neither file's ids
+        m.setattr(data.Task, "mapped_top", lambda *a: pytest.fail("read again by Task.check"))
+        m.setattr(lm, "remember_check", lambda *a: pytest.fail("checked again"))
+        assert data.load_task("openwebtext", **kw).open() == ["val"]
+    folder = tmp_path / "c" / "openwebtext" / "hf-byte"
+    ids = np.fromfile(folder / "val.bin", dtype=np.uint16)
+    ids[3] = 300                                             # past the byte tokenizer's ids
+    ids.tofile(folder / "val.bin")
+    data.write_manifest(str(folder))                         # (forged: the manifest's check cannot see it)
+    with pytest.raises(data.DataError) as e:
+        data.load_task("openwebtext", **kw).open()
+    assert str(e.value) == (f"{folder / 'val.bin'} holds id 300 (at position 3), outside the 257 ids of its "
+                            f"meta.json: a damaged cache, delete {folder} to rebuild it")
