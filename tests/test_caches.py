@@ -3,9 +3,6 @@ with their manifest rewritten to match (which the manifest's check cannot see). 
 the file when the task is opened, not an IndexError at the embedding; a meta.json whose vocab_size is no number a
 float can hold names meta.json and the value, not the line of the loader that read it."""
 
-import importlib.util
-import signal
-import sys
 
 import numpy as np
 import pytest
@@ -13,6 +10,7 @@ import pytest
 import data
 import train
 from test_data import hf  # noqa: F401  (a fixture: the Hugging Face download replaced)
+from test_fork import fork_module
 
 MAPPED = '''"""A fork's task over nanoGPT-style .bin files of uint16 ids, memory-mapped."""
 import numpy as np
@@ -31,14 +29,7 @@ def mapped(cache_dir="data", data_dir=None, block_size=8, **_):
 
 @pytest.fixture
 def fork(monkeypatch, tmp_path):
-    monkeypatch.setattr(data, "TASKS", {})
-    monkeypatch.setattr(signal, "signal", lambda *a: None)  # (run_main's handlers: not in pytest's own process)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "mapped.py").write_text(MAPPED)
-    spec = importlib.util.spec_from_file_location("mapped", str(tmp_path / "mapped.py"))
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "mapped", module)
-    spec.loader.exec_module(module)
+    fork_module(monkeypatch, tmp_path, "mapped", MAPPED)
     return tmp_path
 
 

@@ -190,6 +190,25 @@ def test_the_page_lists_the_reserved_names():
                                                   "help): list the flags there as config.FLAGS has them")
 
 
+def fork_module(monkeypatch, tmp_path, name, source, tasks=True):
+    """A fork's file `name`.py of `source` in tmp_path, made the working folder, imported (its @task or Model
+    registered); with tasks, the registry emptied first and run_main's signal handlers left out (pytest's process)."""
+    import importlib.util
+    import signal
+
+    import data
+    if tasks:
+        monkeypatch.setattr(data, "TASKS", {})
+        monkeypatch.setattr(signal, "signal", lambda *a: None)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / f"{name}.py").write_text(source)
+    spec = importlib.util.spec_from_file_location(name, str(tmp_path / f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
+
+
 def fork_loader(module, returns=None):
     """A fork's loader, as if defined in `module`: (cache_dir, data_dir, block_size, gen_size, **_) -> returns()."""
     def gen(cache_dir="data", data_dir=None, block_size=8, gen_size=300, **_):
@@ -323,19 +342,9 @@ def test_a_forks_loader_that_fails_with_an_ordinary_exception_is_one_line_naming
         monkeypatch, tmp_path, capsys):
     """A fork's loader raising ValueError on a bad file (int() of "abc") was a 22-line traceback from train.py and
     from python -m tasks.X: it is one DataError line naming the task, the loader's file, the line there, the error."""
-    import importlib.util
-    import signal
-
     import data
-    monkeypatch.setattr(data, "TASKS", {})
-    monkeypatch.setattr(signal, "signal", lambda *a: None)  # (run_main's handlers: not in pytest's own process)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "badread.py").write_text(BAD_LOADER)
+    fork_module(monkeypatch, tmp_path, "badread", BAD_LOADER)
     (tmp_path / "n.txt").write_text("abc\n")
-    spec = importlib.util.spec_from_file_location("badread", str(tmp_path / "badread.py"))
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "badread", module)
-    spec.loader.exec_module(module)
     said = ("task 'badread' (badread.py line 7) fails: ValueError: invalid literal for int() with base 10: "
             "'abc\\n'")
     with pytest.raises(data.DataError) as e:
@@ -381,18 +390,10 @@ def test_a_forks_split_loader_that_fails_with_an_ordinary_exception_is_one_line_
     """The loader itself was wrapped, not the splits' loaders it returns: one raising ValueError inside task.open()
     (train.py before its first step; analyze.py and sample.py reading a split) was a traceback. Now one DataError
     line naming the split, the task, the loader's file and line, as the loader's own failure is."""
-    import importlib.util
-
     import data
     import train
-    monkeypatch.setattr(data, "TASKS", {})
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "badsplit.py").write_text(BAD_SPLIT)
+    fork_module(monkeypatch, tmp_path, "badsplit", BAD_SPLIT)
     (tmp_path / "ids.txt").write_text("1 2 3 x 5\n")
-    spec = importlib.util.spec_from_file_location("badsplit", str(tmp_path / "badsplit.py"))
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "badsplit", module)
-    spec.loader.exec_module(module)
     said = ("the train split of task 'badsplit' (badsplit.py line 10) fails: ValueError: invalid literal for int() "
             "with base 10: 'x'")
     task = data.load_task("badsplit", cache_dir="cache", data_dir="ids.txt")      # the loader itself: fine
@@ -546,15 +547,8 @@ FORK = MODEL.replace("eps: float = 1e-5", "norm_eps: float = 1e-5").replace("eps
 def fork_model(monkeypatch, tmp_path, source=FORK, help=None):
     """mymodel.py of `source` in tmp_path, the working folder, registered as docs/architecture.md says (config.MODELS,
     config.FIELD_HELP); gone again after the test."""
-    import importlib.util
-
     import config
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "mymodel.py").write_text(source)
-    spec = importlib.util.spec_from_file_location("mymodel", str(tmp_path / "mymodel.py"))
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "mymodel", module)
-    spec.loader.exec_module(module)
+    module = fork_module(monkeypatch, tmp_path, "mymodel", source, tasks=False)
     monkeypatch.setitem(config.MODELS, "mymodel", ("mymodel", {}))
     monkeypatch.setitem(config.FIELD_HELP, "mymodel", help or {"norm_eps": "the LayerNorm's epsilon"})
     return module

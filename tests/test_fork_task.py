@@ -3,12 +3,10 @@ fail or do not fit the task (ids as floats, ids past the vocabulary, labels past
 DataError line when the task is opened (train.py before its model and its first step; python -m tasks.X), never
 a traceback at the first step."""
 
-import importlib.util
 import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 
@@ -16,6 +14,7 @@ import pytest
 
 import data
 import train
+from test_fork import fork_module
 
 FORK = '''"""A fork's tasks: --data_dir names how their splits are bent."""
 import numpy as np
@@ -109,14 +108,7 @@ MISMATCHES = {   # the held-back battery's f13-f17, f20: a fork's splits that do
 
 @pytest.fixture
 def fork(monkeypatch, tmp_path):
-    monkeypatch.setattr(data, "TASKS", {})
-    monkeypatch.setattr(signal, "signal", lambda *a: None)  # (run_main's handlers: not in pytest's own process)
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "forkt.py").write_text(FORK)
-    spec = importlib.util.spec_from_file_location("forkt", str(tmp_path / "forkt.py"))
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "forkt", module)
-    spec.loader.exec_module(module)
+    fork_module(monkeypatch, tmp_path, "forkt", FORK)
     for how in ("fine", "none", "int", "raises", "floats", "big", "short", "numpy", "negative", "long", "batches",
                 "labels", "per_token", *MISMATCHES):
         (tmp_path / how).write_text("")                       # (--data_dir names a path that is there)
