@@ -332,10 +332,11 @@ def model_times(model):
     return [float(t) for t in model.times()]
 
 
-def layer_states(model, idx, name):
+def layer_states(model, idx, name=None):
     """Hidden states of every layer: ([X^0, X^1, ..., X^L] each (B', N, D), mask (B', N) or None).
     X^0 is what enters the first layer (embeddings), X^l what leaves layer l (DiffEqFormer: the state after
-    Euler step l). A model may provide hidden_states(idx) -> (list, mask), else its `blocks` are hooked (model_call)."""
+    Euler step l). A model may provide hidden_states(idx) -> (list, mask), else its `blocks` are hooked."""
+    name = name or type(model).__module__                   # (model_call names it in a failure's line)
     if hasattr(model, "hidden_states"):
         out, where = model_call(name, "hidden_states", model.hidden_states, idx), "its hidden_states(idx) returned"
         return checked_states(*(out if isinstance(out, tuple) and len(out) == 2 else (out, None)), name, where)
