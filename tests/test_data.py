@@ -890,3 +890,28 @@ def test_sigterm_while_a_second_program_runs_is_passed_on_and_waited_for(tmp_pat
     err = p.communicate(timeout=60)[1]
     assert p.returncode == 143 and "Traceback" not in err, err
     assert (tmp_path / "cleaned").exists()                   # the program stopped as it would alone
+
+
+def test_labels_run_from_0_to_n_classes_minus_1_and_an_answer_in_any_row_counts():
+    """Mutants: check_labels taking a label of n_classes (>= made >); the check that an evaluation split has an
+    answer reading from row -1 (the last row alone) rather than row 0."""
+    data.check_labels(np.array([0, 1, 1]), 2, "src")
+    with pytest.raises(data.DataError, match=r"^src: label 2 of example 1 is not an integer"):
+        data.check_labels(np.array([0, 2, 1]), 2, "src")
+    x = np.ones((3, 4), dtype=np.int64)
+    y = np.full((3, 4), -1, dtype=np.int64)
+    y[0, 2] = 1                                              # the first row's answer alone; the last row has none
+    t = data.Task("ans", "lm", 8, 4, loaders={"train": lambda: data.AnswerSplit(x, y),
+                                              "val": lambda: data.AnswerSplit(x, y)})
+    assert t.open() == ["val"]
+
+
+def test_a_failure_in_a_class_names_its_modules_file_and_the_line_there():
+    """Mutant: loader_failure finding the file by fn's code object alone: a class (a model's constructor, as
+    config.build_model passes it) has none, and the line lost its file and line."""
+    import simpletron
+    try:
+        simpletron.Model.forward(None, None)
+    except AttributeError as e:
+        said = data.loader_failure("m", simpletron.Model, e)
+    assert said.startswith("m (simpletron.py line ") and " fails: AttributeError: " in said
