@@ -13,6 +13,7 @@ import importlib.util
 import inspect
 import math
 import os
+import pathlib
 import pickle
 import platform
 import re
@@ -47,7 +48,7 @@ class Refusal(UsageError):
 
 class Parser(argparse.ArgumentParser):
     """argparse that raises one UsageError line instead of printing a usage dump and exiting; train.py's @FILE: the
-    flags in FILE (a recipe), its lines read as a shell reads them, # comments left out."""
+    flags in FILE (a recipe), read as a shell reads them, # comments left out (shell_text)."""
 
     def error(self, message):
         raise UsageError(f"{message} (python {self.prog.split()[0]} --help lists the flags)")
@@ -60,23 +61,47 @@ class Parser(argparse.ArgumentParser):
         args.typed = sorted(k for k, v in vars(self.parse_args(argv)).items() if v is not None)
         return args
 
-    def convert_arg_line_to_args(self, line):
-        return shlex.split(line.removeprefix("\ufeff"), comments=True)   # (a byte-order mark, as Notepad writes)
-
-    def _read_args_from_files(self, arg_strings):
-        """argparse's @FILE reader; a file that is not UTF-8 text, has an unclosed quote or reads itself: one line."""
-        for a in arg_strings:                                # a FIFO or a device would be waited on, not read
+    def _read_args_from_files(self, arg_strings, depth=0):
+        """argparse's @FILE reader, whole files read as a shell reads words: a file that is not UTF-8 text, has an
+        unclosed quote or reads itself: one line. (A FIFO or a device would be waited on, not read.)"""
+        out = []
+        for a in arg_strings:
+            if a[:1] != "@":
+                out.append(a)
+                continue
             if a == "@":
                 self.error("@ without a file: @FILE reads the flags in FILE, e.g. @recipes/quickstart.txt")
-            problem = a[:1] == "@" and data.file_problem(a[1:])
-            if problem and problem != "does not exist":
-                self.error(f"{a}: {a[1:]} {problem}; a file of flags is UTF-8 text, read as a shell reads a line")
-        try:
-            return super()._read_args_from_files(arg_strings)
-        except (ValueError, RecursionError) as e:            # (UnicodeDecodeError and shlex's errors: ValueErrors)
-            why = "it names itself, @FILE within FILE" if isinstance(e, RecursionError) else data.one_line(e, 120)
-            self.error(f"{' '.join(a for a in arg_strings if a[:1] == '@')}: cannot read its flags ({why}); a file of "
-                       "flags is UTF-8 text, read as a shell reads a line")
+            why = data.file_problem(a[1:])
+            why = why and f"{a[1:]} {why}" or depth > 20 and "cannot read its flags (it names itself, @FILE in FILE)"
+            try:
+                words = None if why else shlex.split(shell_text(pathlib.Path(a[1:]).read_text("utf-8")), comments=False)
+            except (OSError, ValueError) as e:                   # (UnicodeDecodeError and shlex's: ValueErrors)
+                why = f"cannot read its flags ({data.one_line(e, 120)})"
+            if why:
+                self.error(f"{a}: {why}; a file of flags is UTF-8 text, read as a shell reads it")
+            out += self._read_args_from_files(words, depth + 1)
+        return out
+
+
+def shell_text(text):
+    """A file of flags as a POSIX shell sees it before splitting words (shlex then splits them): a # starting a word
+    (outside quotes) comments out the rest of its line, a backslash ending a line joins the next (outside single
+    quotes), a byte-order mark (as Notepad writes) and CRLF line ends are dropped."""
+    text, out, quote, i = text.removeprefix("\ufeff").replace("\r\n", "\n"), [], None, 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and quote != "'":                       # (an escaped character: kept, with its backslash)
+            out += [] if text[i + 1:i + 2] == "\n" else [text[i:i + 2]]
+            i += 2
+            continue
+        if c == "#" and quote is None and (not out or out[-1].isspace()):
+            i = text.find("\n", i) % (len(text) + 1)          # (-1, no line end: the end of the text)
+            continue
+        if c in "'\"" and quote in (None, c):
+            quote = None if quote else c
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def to_bool(s):
@@ -674,14 +699,14 @@ class SkipInit(torch.overrides.TorchFunctionMode):
 
 def count_weights(model_name, config_dict):
     """The model's number of weights, counted on the meta device (no memory); math.inf for a size past what torch
-    can hold, 0 where it cannot be built there."""
+    can hold, 0 where it cannot be built there (a constructor that reads a tensor's values: .numpy(), .item())."""
     try:
         with torch.device("meta"), SkipInit():
             return sum(p.numel() for p in build_model(model_name, config_dict).parameters())
-    except (ValueError, OverflowError, MemoryError, TypeError):   # (TypeError: torch's, a size past int64)
+    except (ValueError, OverflowError, MemoryError):
         return math.inf
-    except RuntimeError as e:                                # a size that overflows (n_embd 2**62), or another
-        return math.inf if "overflow" in str(e) else 0      # that meta cannot build
+    except (RuntimeError, TypeError) as e:                   # a size that overflows (n_embd 2**62; torch's TypeError
+        return math.inf if TOO_LARGE.search(str(e)) else 0  # past int64), or what meta cannot build
     except Refusal:                                          # the model's own check of its settings: its line
         raise
     except UsageError:

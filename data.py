@@ -787,12 +787,9 @@ def source_key(paths, what=""):
     readable regular file is a DataError (`what` says where it was listed)."""
     h = hashlib.sha1()
     for p in sorted(paths):
-        try:
-            st = os.stat(p)
-        except OSError:
-            st = None
-        if st is None or not stat.S_ISREG(st.st_mode):
+        if file_problem(p):                                  # (not a readable regular file)
             raise DataError(f"{p} {file_problem(p)}{what}")
+        st = os.stat(p)
         h.update(os.fsencode(os.path.realpath(p)) + f"|{st.st_size}|{st.st_mtime_ns}\n".encode())   # (any name's bytes)
     return "local-" + h.hexdigest()[:10]
 
@@ -888,31 +885,35 @@ def crc32(path):
     return c
 
 
-def write_manifest(folder):
-    """folder/manifest.json: the size, CRC-32 and stamp of every other file below folder (written last)."""
+def write_manifest(folder, name=None):
+    """folder/manifest.json, written last: the size, CRC-32 and stamp of each file below, the name it is built as."""
     files = {}
     for d, _, names in os.walk(folder):
         for p in (os.path.join(d, n) for n in names):
             files[os.path.relpath(p, folder)] = {"size": os.path.getsize(p), "crc32": crc32(p), "stamp": file_stamp(p)}
     files.pop(MANIFEST, None)
-    save_json(os.path.join(folder, MANIFEST), {"files": files})
+    save_json(os.path.join(folder, MANIFEST), {"files": files, "folder": os.path.basename(name or folder)})
 
 
-def cache_problem(folder):
-    """Why a cached folder cannot be used as it is, or None. Each start checks each manifest file's size (stat calls);
-    a file's CRC-32 is read only when its stamp is not the manifest's, which then records it (a copy's new stamp)."""
+def cache_problem(folder, keyed=True):
+    """Why a cached folder cannot be used as it is, or None: each manifest file's size (stat calls), its CRC-32 when
+    its stamp is not the manifest's (then recorded: a copy's), and (keyed) its name, the key of the files and settings
+    it is built from, the one it was built as (not a copy of another cache's files; older manifests have none)."""
     path = os.path.join(folder, MANIFEST)
     problem = file_problem(path)                             # (a FIFO would be waited on)
     if problem and problem != "does not exist":
         return f"has a {MANIFEST} that {problem}"
     try:
         with open(path) as f:
-            files = json.load(f)["files"]
+            manifest = json.load(f)
+        files, built_as = manifest["files"], manifest.get("folder")
         entries = [(name, int(e["size"]), int(e["crc32"]), list(e["stamp"])) for name, e in files.items()]
     except FileNotFoundError:
         return f"has no {MANIFEST} (a build cut short, or an earlier version's)"
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return f"has a damaged {MANIFEST}"
+    if keyed and built_as not in (None, os.path.basename(os.path.normpath(folder))):
+        return f"holds a copy of the cache {built_as!r}, built from other files or settings"
     changed = False
     for name, size, crc, stamp in entries:
         try:
@@ -927,7 +928,7 @@ def cache_problem(folder):
         files[name]["stamp"] = now
     if changed:                                              # (a read-only cache is checked the same way every time)
         with contextlib.suppress(DataError):
-            save_json(path, {"files": files})
+            save_json(path, {**manifest, "files": files})
     return None
 
 
@@ -949,7 +950,7 @@ def cached_dir(folder, build, what=None):
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         build(tmp)
-        write_manifest(tmp)
+        write_manifest(tmp, folder)
         if os.path.isdir(folder) and cache_problem(folder):  # (not one another process has just built)
             aside = temp_path(folder + ".damaged")
             os.replace(folder, aside)

@@ -245,6 +245,8 @@ class RunDir:
                 kept = [line for line in f if (curves.record(line) or {}).get("step", resumed_at + 1) <= resumed_at]
             data.atomic_write_text(path, "".join(kept))
         self.log.close()                                     # (the placeholder)
+        if resumed_at is None:                               # a new log: a link there (to a user's file, say) goes,
+            self.guarded(lambda: self.discard("log.jsonl"))  # not what it leads to
         self.log = self.guarded(lambda: open(path, "a" if resumed_at is not None else "w"))
         if resumed_at is not None:
             self.write({"step": resumed_at, "resumed": True, "time": round(seconds, 3)})

@@ -31,7 +31,10 @@ import sys
 import threading
 import time
 
-import numpy as np
+if __name__ == "__main__":                                   # Ctrl-C while torch loads: stop at once, quietly
+    signal.signal(signal.SIGINT, signal.SIG_DFL)             # (the handlers at the end report it once running)
+
+import numpy as np  # noqa: E402
 
 
 def env_number(name):
@@ -347,7 +350,8 @@ def train_step(run, train_model, train, kind, it):
         with contextlib.nullcontext() if last or not dist.on else train_model.no_sync():
             with run.autocast:
                 logits, loss = checked_forward(train_model, x, y, args.model)
-            run.scaler.scale(loss / args.grad_accum).backward()   # (float16: times the scale)
+            model_call(args.model, "its backward pass",      # (float16: the loss times the scale)
+                       run.scaler.scale(loss / args.grad_accum).backward)
         loss_sum += loss.item() / args.grad_accum
         if logits.dim() == 2:
             correct += (logits.argmax(-1) == y).sum().item()

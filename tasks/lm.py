@@ -273,7 +273,7 @@ def openwebtext(cache_dir="data", data_dir=None, block_size=1024, tokenizer="gpt
         folder, files = release("openwebtext", data_dir, f"use {OWT_LAYOUT}", ["train.bin", "val.bin"],
                                 ["openwebtext", "data/openwebtext"], ["meta.json"])
         sources = {s: files[f"{s}.bin"] for s in ("train", "val")}
-        problem = os.path.isfile(os.path.join(folder, MANIFEST)) and cache_problem(folder)
+        problem = os.path.isfile(os.path.join(folder, MANIFEST)) and cache_problem(folder, keyed=False)
         if problem:                                          # a copy of a cache: its own files, no source to rebuild
             raise DataError(f"openwebtext: --data_dir {folder} {problem}; copy it again, or leave out --data_dir")
         meta = files["meta.json"] and lm_bin_task("openwebtext", folder, block_size, ("train", "val"), sources).meta

@@ -3,6 +3,8 @@ with their manifest rewritten to match (which the manifest's check cannot see). 
 the file when the task is opened, not an IndexError at the embedding; a meta.json whose vocab_size is no number a
 float can hold names meta.json and the value, not the line of the loader that read it."""
 
+import json
+import shutil
 
 import numpy as np
 import pytest
@@ -137,3 +139,31 @@ def test_openwebtexts_cache_has_its_ids_checked_once_per_change_not_at_every_sta
         data.load_task("openwebtext", **kw).open()
     assert str(e.value) == (f"{folder / 'val.bin'} holds id 300 (at position 3), outside the 257 ids of its "
                             f"meta.json: a damaged cache, delete {folder} to rebuild it")
+
+
+def test_a_cache_replaced_by_a_copy_of_another_sources_cache_is_built_again(tmp_path, capsys):
+    """Battery 21 c06: text B's cache folder replaced by a copy of text A's (its manifest too, whole and sound) was
+    used: B's run trained on A's characters. The manifest records the name (the key) a folder was built as; a folder
+    of another name is built again from its own source, said in one line."""
+    texts = {"a": "to be or not to be, that is the question\n" * 30}
+    texts["b"] = texts["a"].upper()
+    folders = {}
+    for name, text in texts.items():
+        (tmp_path / f"{name}.txt").write_text(text)
+        task = data.load_task("textfile", cache_dir=tmp_path / "c", data_dir=str(tmp_path / f"{name}.txt"),
+                              tokenizer="char", block_size=8)
+        folders[name] = next(p for p in (tmp_path / "c" / "textfile").iterdir() if p not in folders.values())
+        assert json.loads((folders[name] / "manifest.json").read_text())["folder"] == folders[name].name
+    shutil.rmtree(folders["b"])
+    shutil.copytree(folders["a"], folders["b"])
+    capsys.readouterr()
+    task = data.load_task("textfile", cache_dir=tmp_path / "c", data_dir=str(tmp_path / "b.txt"), tokenizer="char",
+                          block_size=8)
+    assert capsys.readouterr().out.splitlines()[0] == (f"{folders['b']} holds a copy of the cache "
+                                                       f"{folders['a'].name!r}, built from other files or settings: "
+                                                       "building it again")
+    assert task.vocabulary == "".join(sorted(set(texts["b"])))
+    manifest = json.loads((folders["b"] / "manifest.json").read_text())
+    del manifest["folder"]                                   # (an earlier version's manifest: no name, used as it is)
+    (folders["b"] / "manifest.json").write_text(json.dumps(manifest))
+    assert data.cache_problem(str(folders["b"])) is None and data.cache_problem(str(folders["b"]) + "/") is None

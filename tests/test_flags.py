@@ -681,3 +681,21 @@ def test_a_master_port_that_is_no_port_number_is_one_line_before_any_work(port, 
     one_line(e, "RANK is set but MASTER_ADDR or MASTER_PORT (a port number 1 .. 65535) is not (MASTER_ADDR="
                 "'127.0.0.1', MASTER_PORT=")
     assert len(str(e.value)) < 300
+
+
+@pytest.mark.parametrize("read", ["np.outer(torch.arange(config.block_size).numpy(), np.ones(config.n_embd))",
+                                  "torch.arange(config.block_size).tolist()", "torch.ones(1).sum().item()"])
+def test_a_model_whose_constructor_reads_a_tensors_values_is_counted_as_unknown_not_as_too_large(
+        forkmodel, monkeypatch, tmp_path, read):
+    """On the meta device a tensor has no values: a constructor that reads some (a sinusoid table made with numpy)
+    cannot be counted there; such a model is built as usual, not refused as "more weights than torch can count"."""
+    forkmodel.write_text("import numpy as np\n" + REFUSING.replace("assert config.n_head <= 4", f"table = {read}"))
+    monkeypatch.setitem(config.MODELS, "fork", ("forkmodel", {}))
+    monkeypatch.setitem(config.FIELD_HELP, "forkmodel", {})
+    shape = dict(n_layer=3, n_embd=16, n_head=2, block_size=8)
+    assert config.count_weights("fork", shape) == 0
+    args = type("Args", (), dict(batch_size=1, grad_accum=1, eval_only=False, device="cpu", steps=None, lora_rank=0))
+    config.check_size(args, "fork", shape)
+    assert sum(p.numel() for p in config.build_model("fork", shape).parameters()) == 16 * 48 + 48
+    with pytest.raises(config.UsageError, match="needs at least"):   # (its batch alone, when too wide)
+        config.check_size(args, "fork", {**shape, "n_embd": 2**40})

@@ -661,3 +661,18 @@ def test_a_forks_model_that_keeps_no_config_or_reads_a_field_it_lacks_is_one_lin
         run(*fork_text(tmp_path), "--max_iters", "1", "--out_dir", "o")
     msg = str(e.value)
     assert msg.startswith(said.format(line=line)) and "\n" not in msg and "Traceback" not in msg, msg
+
+
+def test_a_forks_forward_whose_backward_pass_fails_is_one_line_before_any_step(tmp_path, monkeypatch, capsys):
+    """Battery 21 f12: a forward changing in place a tensor autograd keeps (sigmoid's output) fails only in the
+    backward pass, inside torch: that was a traceback; it is one line naming the model, its file and the error."""
+    import config
+    from test_train import run
+    old = "        logits = self.out("
+    fork_model(monkeypatch, tmp_path, FORK.replace(old, "        total = torch.sigmoid(total)\n"
+                                                         "        total.mul_(2.0)\n" + old))
+    with pytest.raises(config.UsageError) as e:
+        run(*fork_text(tmp_path), "--max_iters", "2", "--out_dir", "o")
+    assert str(e.value).startswith("model 'mymodel': its backward pass (mymodel.py) fails: RuntimeError: one of the "
+                                   "variables needed for gradient computation has been modified by an inplace "), e.value
+    assert "step 1" not in capsys.readouterr().out and not (tmp_path / "o" / "ckpt.pt").exists()

@@ -3,6 +3,9 @@ them with # comments left out; flags given after it override its own. The README
 they replaced, flag for flag."""
 
 import os
+import shlex
+import shutil
+import subprocess
 import re
 
 import pytest
@@ -53,3 +56,28 @@ def test_every_recipe_the_readme_names_exists():
         named = set(re.findall(r"@(recipes/[\w.-]+)", f.read()))
     assert named == {"recipes/quickstart.txt", "recipes/shakespeare_char.txt"}
     assert all(os.path.isfile(os.path.join(ROOT, name)) for name in named)
+
+
+# A file of flags as a shell reads it, each case against bash itself: the text as the words of an array literal,
+# where newlines are blanks, # starts a comment only at a word's start, and a backslash ending a line joins the next.
+SHELL_TEXTS = ["--out_dir run#2   # the second try\n", "--model transject \\\n  --n_layer 3 \\\n--out_dir 'a b'\n",
+               '--out_dir "x #y" --data_dir x\\ #y\n', "--out_dir 'x'#y # it's a comment: 'an unclosed quote\n",
+               "--out_dir a\\\n#b\n", "--out_dir a \\\n#b --n_layer 2\n--model softmax", "#\n\n  # two\n-x#\n#",
+               '--out_dir "a\\\nb" --data_dir \'c\\\nd\' "e\\"f" \'g\\h\' "i\\j"\n', "\\#a b\\\\#c \\\\\n#d\n"]
+
+
+@pytest.mark.skipif(not shutil.which("bash"), reason="bash is the reference")
+@pytest.mark.parametrize("text", SHELL_TEXTS)
+def test_a_file_of_flags_is_split_into_the_words_bash_makes_of_it(text):
+    script = f"a=(\n{text}\n)\nprintf '%s\\0' \"${{a[@]}}\""
+    words = subprocess.run(["bash", "-c", script], capture_output=True, check=True).stdout.decode().split("\0")[:-1]
+    assert shlex.split(config.shell_text(text), comments=False) == words
+
+
+def test_a_recipe_keeps_a_hash_inside_a_word_and_joins_lines_ending_in_a_backslash(tmp_path):
+    """A command copied from a shell into a file: its lines' ends written \\ (CRLF too), a # inside a word kept."""
+    recipe = tmp_path / "r.txt"
+    recipe.write_bytes(b"\xef\xbb\xbf--model transject \\\r\n  --n_layer 3 \\\r\n  --out_dir run#2   # the second try\r\n")
+    args, given = parsed([f"@{recipe}"])
+    assert (args["model"], args["n_layer"], args["out_dir"], given) == ("transject", 3, "run#2",
+                                                                         {"model", "n_layer", "out_dir"})

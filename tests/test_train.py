@@ -800,3 +800,16 @@ def test_transjects_model_line_shows_no_heads():
     line = train.model_line(args, SimpleNamespace(on=False, world=1), model)
     size = sum(p.numel() for p in model.parameters()) / 1e6
     assert line == f"transject on listops (cpu): {size:.2f}M params, n_layer 1 n_embd 16 block_size 8 vocab_size 16"
+
+
+def test_overwrite_replaces_a_log_that_is_a_link_and_leaves_the_file_it_leads_to(tmp_path):
+    """Battery 21 u09: log.jsonl a symbolic link to the user's notes.txt: --overwrite wrote the new log into
+    notes.txt. The link goes; the new log is a file of its own, the notes unchanged."""
+    char_run(tmp_path)
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    (tmp_path / "r" / "log.jsonl").unlink()
+    (tmp_path / "r" / "log.jsonl").symlink_to(tmp_path / "notes.txt")
+    char_run(tmp_path, "--overwrite")
+    assert (tmp_path / "notes.txt").read_text() == "my notes\n"
+    log = tmp_path / "r" / "log.jsonl"
+    assert not log.is_symlink() and json.loads(log.read_text().splitlines()[-1])["step"] == 2
