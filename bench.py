@@ -37,12 +37,12 @@ import tempfile
 import time
 import types
 
-import numpy as np
+if __name__ == "__main__":                                   # Ctrl-C while torch loads: stop at once, quietly
+    signal.signal(signal.SIGINT, signal.SIG_DFL)             # (data.run_main reports it in one line once running)
 
+import numpy as np  # noqa: E402
 os.environ["MPLBACKEND"] = "Agg"                            # files only (an unknown backend would stop the import)
-import matplotlib  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.lines import Line2D  # noqa: E402
 
 import data  # noqa: E402  (data first: it loads torch, and a TORCH_* setting torch refuses is one line there)
 import torch  # noqa: E402
@@ -64,9 +64,8 @@ SPEED_MODELS = {**MODELS, "softmax_naive": ("simpletron", {"attention": "softmax
 
 
 def speed_model(name, length, args, **extra):
-    """The model `name` of SPEED_MODELS with the benchmark's shape (fields its Config lacks are left out); extra:
-    fields set on top (checkpointing=True; head="lm" for generation). Built by its model file's name (a name in
-    MODELS too), SPEED_MODELS' overrides in its settings."""
+    """The model `name` of SPEED_MODELS (built by its model file's name, its overrides in its settings) with the
+    benchmark's shape (fields its Config lacks left out); extra: fields set on top (checkpointing=True; head="lm")."""
     module, overrides = SPEED_MODELS[name]
     fields = {f.name for f in dataclasses.fields(model_module(module).Config)}
     cfg = {**overrides, "vocab_size": args.vocab, "block_size": length, "n_layer": args.n_layer, "n_head": args.n_head,
@@ -254,8 +253,7 @@ def check_sizes(args, device, models, lengths):
         (f1, m1), (f2, m2), (f4, m4) = (training_cost(m, n, args, device) for n in (128, 256, 512))
         flops, memory = quadratic(128, f1, f2, f4), quadratic(128, m1, m2, m4)
         work += runs * sum(flops(n) for n in lengths)
-        need = memory(lengths[-1])
-        if need > free:
+        if (need := memory(lengths[-1])) > free:
             fits = [2 ** k for k in range(6, 40) if memory(2 ** k) <= free]
             raise UsageError(f"--{'contexts' if lengths[-1] in contexts else 'lengths'} {lengths[-1]:,}: {m}'s "
                              f"training step there needs about {need / 2 ** 30:,.0f} GiB and {free / 2 ** 30:,.0f} GiB "
@@ -349,26 +347,19 @@ def speed_ratios(records, models, lengths, infer_only):
               for other in others for g, o in [(find(records, base, L, mode), find(records, other, L, mode))]
               if g and o]
     ratios += checkpointing_ratios(records, models, lengths) + crossovers(records, lengths)
-    if len(lengths) >= 2:
-        mode = "infer" if infer_only else "train"
-        for m in models:
-            a, b = find(records, m, lengths[0], mode), find(records, m, lengths[-1], mode)
-            if a and b:
-                ratios.append({"what": f"{m} {'inference forward' if infer_only else 'training step'}, ms at "
-                                       f"{lengths[-1]} / ms at {lengths[0]} tokens", "ratio": b["ms"] / a["ms"]})
-    return ratios
+    mode, what = ("infer", "inference forward") if infer_only else ("train", "training step")
+    return ratios + [{"what": f"{m} {what}, ms at {lengths[-1]} / ms at {lengths[0]} tokens",
+                      "ratio": b["ms"] / a["ms"]} for m in models if len(lengths) >= 2
+                     for a, b in [[find(records, m, n, mode) for n in (lengths[0], lengths[-1])]] if a and b]
 
 
 def crossovers(records, lengths):
     """Where each model's training step overtakes its baseline's (measure.crossover of the per-round ratios)."""
-    out = []
-    for base, others in BASELINES:
-        for m in others:
-            pts = [(L, paired(b, o)) for L in lengths for b, o in [(find(records, base, L, "train"),
-                                                                     find(records, m, L, "train"))] if b and o]
-            if len(pts) >= 2:
-                out.append({"what": f"{m}'s training step overtakes {base}'s", **crossover(pts)})
-    return out
+    pts = {(base, m): [(L, paired(b, o)) for L in lengths for b, o in [(find(records, base, L, "train"),
+                                                                      find(records, m, L, "train"))] if b and o]
+           for base, others in BASELINES for m in others}
+    return [{"what": f"{m}'s training step overtakes {base}'s", **crossover(p)} for (base, m), p in pts.items()
+            if len(p) >= 2]
 
 
 def checkpointing_ratios(records, models, lengths):
@@ -520,8 +511,7 @@ def log_records(out_dir):
     """log.jsonl's step records {step: seconds of the run when it ended} and evaluation records {step: seconds}."""
     with open(os.path.join(out_dir, "log.jsonl")) as f:
         records = [json.loads(line) for line in f if line.strip()]
-    return ({r["step"]: r["time"] for r in records if "loss" in r},
-            {r["step"]: r["time"] for r in records if "val_loss" in r})
+    return tuple({r["step"]: r["time"] for r in records if key in r} for key in ("loss", "val_loss"))
 
 
 def bare_steps(out_dir, first, last, device):
@@ -670,8 +660,7 @@ def generation_steps(model, batch, context, new_tokens, vocab, device, name):
     """(prefill, decode) closures of the model `name` (config.model_call): prefill reads a fixed random prompt of
     `context` tokens into a new state; decode runs new_tokens model.decode steps on it (fixed random tokens)."""
     g = torch.Generator().manual_seed(0)
-    prompt = torch.randint(1, vocab, (batch, context), generator=g).to(device)
-    tokens = torch.randint(1, vocab, (batch, new_tokens), generator=g).to(device)
+    prompt, tokens = (torch.randint(1, vocab, (batch, n), generator=g).to(device) for n in (context, new_tokens))
     holder = {}
 
     def prefill():
@@ -681,8 +670,21 @@ def generation_steps(model, batch, context, new_tokens, vocab, device, name):
         state = holder.pop("state")
         for i in range(new_tokens):
             model_call(name, "decode", model.decode, tokens[:, i:i + 1], state)
-        holder["size"] = model_call(name, "its state's nbytes", state.nbytes)
+        if not (sizes := state_sizes(name, state)):
+            raise UsageError(f"model {name!r} ({os.path.relpath(model_module(name).__file__)}): its prefill's state, "
+                             f"a {type(state).__name__}, holds no tensor (in dicts, lists, tuples) and has no nbytes()")
+        holder["size"] = sum(sizes)
     return prefill, decode, holder
+
+
+def state_sizes(name, x):
+    """The bytes of each tensor in x, a model's generation state, and of each object there with nbytes()
+    (docs/architecture.md, Add a model), in any nesting of dicts, lists and tuples."""
+    if isinstance(x, (dict, list, tuple)):
+        return [n for v in (x.values() if isinstance(x, dict) else x) for n in state_sizes(name, v)]
+    if torch.is_tensor(x):
+        return [x.nbytes]
+    return [model_call(name, "its state's nbytes", x.nbytes)] if callable(getattr(x, "nbytes", None)) else []
 
 
 def speed_generate(args, device, models):
@@ -771,7 +773,7 @@ def length_axes(ax, lengths, ys, xlabel, ylabel):
     ax.set_xscale("log", base=2)
     ax.set(yscale="log", xlabel=xlabel, ylabel=ylabel)
     ax.set_xticks(lengths, [str(v) for v in lengths])
-    ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    ax.xaxis.set_minor_locator(plt.NullLocator())
     if len(lengths) == 1:
         ax.set_xlim(lengths[0] / 1.5, lengths[0] * 1.5)
     if ys:
@@ -804,9 +806,9 @@ def plot_speed(records, machine):
         length_axes(ax, sorted({r["length"] for r in rows}), ys, "sequence length (tokens)", ylabel)
     axes[0].set_title("time per training step and inference forward")
     axes[1].set_title("peak memory of the step above the model's")
-    handles = [Line2D([], [], color=plt.cm.tab10(i), marker="o", label=name) for i, name in enumerate(names)]
-    handles += [Line2D([], [], color="0.3", ls="-", label="solid: training step (forward, backward, AdamW)"),
-                Line2D([], [], color="0.3", ls="--", label="dashed: inference forward")]
+    handles = [plt.Line2D([], [], color=plt.cm.tab10(i), marker="o", label=name) for i, name in enumerate(names)]
+    handles += [plt.Line2D([], [], color="0.3", ls="-", label="solid: training step (forward, backward, AdamW)"),
+                plt.Line2D([], [], color="0.3", ls="--", label="dashed: inference forward")]
     return finish_figure(fig, handles, min(len(handles), 4), "Speed", machine, rows[0]["batch"])
 
 
@@ -816,8 +818,7 @@ LOOKS = (("o", "-"), ("s", "--"), ("D", ":"), ("^", "-."))   # marker and dashes
 def same_lines(lines):
     """The pairs (later, earlier) of lines {name: (x, y)} that are drawn one over the other: the same x, and y
     within 1% (on a log axis, closer than a line's width)."""
-    names = list(lines)
-    return [(b, a) for j, b in enumerate(names) for a in names[:j]
+    return [(b, a) for j, b in enumerate(lines) for a in list(lines)[:j]
             if lines[a][0] == lines[b][0] and np.allclose(lines[a][1], lines[b][1], rtol=0.01)]
 
 
@@ -834,16 +835,15 @@ def plot_generate(records, machine):
             marker, dashes = LOOKS[n_i % 4]                  # a later line smaller, hollow and dashed, drawn on
             ax.plot(*lines[name], dashes, marker=marker, color=plt.cm.tab10(n_i), lw=2.5 - 0.4 * n_i,
                     ms=9 - 1.5 * n_i, mfc="none" if n_i else None, mew=1.5, zorder=2 + n_i)  # top: equal ones show
-        same = same_lines(lines)
-        if same:
+        if same := same_lines(lines):
             ax.text(0.02, 0.98, "; ".join(f"{b} lies on {a} (within 1%)" for b, a in same), transform=ax.transAxes,
                     va="top", fontsize=8, color="0.3")
         length_axes(ax, sorted({r["length"] for r in rows}), [y for _, ys in lines.values() for y in ys],
                     "context: tokens before the new one", ylabel)
     axes[0].set_title(f"time per new token (mean of {rows[0]['new_tokens']} decode steps)")
     axes[1].set_title("recurrent state (fixed) or KV cache (grows)")
-    handles = [Line2D([], [], color=plt.cm.tab10(i), marker=LOOKS[i % 4][0], ls=LOOKS[i % 4][1],
-                      mfc="none" if i else None, label=name) for i, name in enumerate(names)]
+    handles = [plt.Line2D([], [], color=plt.cm.tab10(i), marker=LOOKS[i % 4][0], ls=LOOKS[i % 4][1],
+                          mfc="none" if i else None, label=name) for i, name in enumerate(names)]
     return finish_figure(fig, handles, len(names), "Generation", machine, rows[0]["batch"])
 
 

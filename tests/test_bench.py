@@ -582,6 +582,53 @@ def test_a_forks_model_that_refuses_its_settings_is_one_line_and_exit_2_before_a
     sys.modules.pop("mymodel", None)
 
 
+def generating_fork(tmp_path, monkeypatch, state):
+    """A fork's copy of simpletron.py (docs/architecture.md, Add a model) whose prefill returns `state` (Python, of
+    the copy's own state s) as its generation state, and whose decode finds s there; registered as "mymodel"."""
+    import config
+    source = open(os.path.join(ROOT, "simpletron.py")).read()
+    (tmp_path / "mymodel.py").write_text(source + "\n\nimport types  # noqa: E402\n\n\nclass Model(Model):\n"
+                                         "    def prefill(self, idx, capacity=None):\n"
+                                         "        logits, s = super().prefill(idx, capacity)\n"
+                                         f"        return logits, {state}\n\n"
+                                         "    def decode(self, idx_next, state):\n"
+                                         "        return super().decode(idx_next, state['kept'].s)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mymodel", raising=False)
+    for table in (config.MODELS, bench.SPEED_MODELS):
+        monkeypatch.setitem(table, "mymodel", ("mymodel", {}))
+    monkeypatch.setitem(config.FIELD_HELP, "mymodel", config.FIELD_HELP["simpletron"])
+    return ["--models", "mymodel", "--generate", "--lengths", "", "--contexts", "4", "--new_tokens", "2", "--repeats",
+            "1", "--threads", "1", "--n_layer", "1", "--n_embd", "16", "--vocab", "16", "--out", str(tmp_path / "o")]
+
+
+def test_a_forks_generation_state_of_tensors_in_dicts_lists_and_tuples_is_timed_and_its_tensors_counted(
+        tmp_path, monkeypatch):
+    """A fork's state is any nesting of tensors in dicts, lists and tuples (beside other things): its size is the sum
+    of the tensors' bytes; an object kept there without nbytes() (here the copy's own state) counts nothing."""
+    argv = generating_fork(tmp_path, monkeypatch, "{'kept': types.SimpleNamespace(s=s), 't': 7, 'cache': ["
+                           "torch.zeros(3, 5), (torch.zeros(2, dtype=torch.float64), {'k': torch.zeros(4, dtype="
+                           "torch.int8)})]}")
+    bench.main(argv)
+    [record] = json.loads((tmp_path / "o" / "speed.json").read_text())
+    assert record["model"] == "mymodel" and record["ms"] > 0
+    assert record["state_mb"] == (3 * 5 * 4 + 2 * 8 + 4 * 1) / 2 ** 20     # float32, float64, int8
+    sys.modules.pop("mymodel", None)
+
+
+def test_a_forks_generation_state_holding_no_tensor_is_one_line_naming_its_file(tmp_path, monkeypatch, capsys):
+    """Neither nbytes() nor a tensor in its dicts, lists and tuples: the state's size unknown, one line, exit 2."""
+    import data
+    argv = generating_fork(tmp_path, monkeypatch, "{'kept': types.SimpleNamespace(s=s), 't': [7, (8,)]}")
+    with pytest.raises(SystemExit) as e:
+        data.run_main(lambda: bench.main(argv), bench.UsageError)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.splitlines() == [
+        f"error: model 'mymodel' ({os.path.relpath(tmp_path / 'mymodel.py')}): its prefill's state, a dict, holds no "
+        "tensor (in dicts, lists, tuples) and has no nbytes()"], err
+    sys.modules.pop("mymodel", None)
+
+
 def test_the_time_estimate_counts_nanogpts_configuration_and_its_inner_steps(monkeypatch):
     """nanoGPT's CPU configuration, timed each round --inner steps (and warmed up once): 6 x parameters x tokens
     FLOPs a step at the machine's matmul rate, here fixed, beside each round's matmul products."""

@@ -995,3 +995,19 @@ def test_every_program_runs_with_docstrings_stripped(argv, w, tmp_path):
         out = command("-OO", *cmd, env={**os.environ, "OMP_NUM_THREADS": "1"})
         assert out.returncode == 0 and "Traceback" not in out.stderr, (cmd, out.stderr[-2000:])
         assert out.stdout.strip(), cmd
+
+
+# Ctrl-C while torch loads, made certain: a sitecustomize (run at the start of every Python process) that sends the
+# process SIGINT as `import torch` begins.
+CTRL_C_AT_TORCH = ("import os, signal, sys\n\n\nclass CtrlCAtTorch:\n    def find_spec(self, name, *_):\n"
+                   "        if name == 'torch':\n            sys.meta_path.remove(self)\n"
+                   "            os.kill(os.getpid(), signal.SIGINT)\n\n\nsys.meta_path.insert(0, CtrlCAtTorch())\n")
+
+
+@pytest.mark.parametrize("argv", [["train.py"], ["sample.py"], ["analyze.py", "curves"], ["bench.py"],
+                                  ["experiments.py", "--list"], ["-m", "tasks.listops"]])
+def test_ctrl_c_while_torch_loads_stops_every_program_at_once_without_a_traceback(argv, tmp_path):
+    """Killed by the signal, as a shell's Ctrl-C kills a program (status 130 there), and nothing printed."""
+    (tmp_path / "sitecustomize.py").write_text(CTRL_C_AT_TORCH)
+    p = command(*argv, "--help", env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert (p.returncode, p.stdout, p.stderr) == (-signal.SIGINT, "", "")
