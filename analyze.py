@@ -187,8 +187,7 @@ def token_lyapunov(f, trajectory, times, dt, k=None, outputs=None):
     the S Euler steps evaluate f. outputs: the output tokens j (default all).
     Returns exponents (len(outputs), N, k) sorted largest first; entry [j, i] belongs to the pair (out j, in i).
     """
-    N = trajectory[0].shape[0]
-    outputs = list(range(N)) if outputs is None else list(outputs)
+    outputs = list(range(trajectory[0].shape[0]) if outputs is None else outputs)
 
     def blocks():
         for X, t in zip(trajectory, times):
@@ -308,23 +307,29 @@ def attention_weights(model, times=None):
     D = model.config.n_embd
     out = []
     if ode_model(model):
-        times = model_times(model) if times is None else times
-        for t in times:
+        for t in model_times(model) if times is None else times:
             W = model.attention_weights(float(t))
             out.append((float(t), W["q"], W["k"], W["v"], W.get("o")))
         return out
     for layer, block in enumerate(model.blocks, 1):
         W = block.attn.qkv.weight.detach()                   # (3D, D) = [Wq^T; Wk^T; Wv^T]
-        out_map = block.attn.out                             # nn.Linear, OrthogonalLinear, or nn.Identity (none)
-        Wo = out_map.weight.detach().T if hasattr(out_map, "weight") else None
-        out.append((layer, W[:D].T, W[D:2 * D].T, W[2 * D:].T, Wo))
+        Wo = getattr(block.attn.out, "weight", None)         # nn.Linear, OrthogonalLinear; nn.Identity: none
+        out.append((layer, W[:D].T, W[D:2 * D].T, W[2 * D:].T, None if Wo is None else Wo.detach().T))
     return out
 
 
-def has_qkv(model):
-    """True for a model whose attention has query, key and value weights (TransJect's X U Sigma V has none)."""
-    blocks = getattr(model, "blocks", None)
-    return ode_model(model) or blocks is not None and all(hasattr(getattr(b, "attn", None), "qkv") for b in blocks)
+def spectra_lacks(model):
+    """The first thing attention_weights reads that the model lacks, or None (a model without blocks: blocks[0])."""
+    if ode_model(model):
+        return next((f"{f}()" for f in ("attention_weights", "times") if not callable(getattr(model, f, None))), None)
+    D = model.config.n_embd
+    for i, attn in enumerate(getattr(block, "attn", None) for block in getattr(model, "blocks", None) or [None]):
+        W, Wo = (getattr(getattr(attn, name, None), "weight", None) for name in ("qkv", "out"))
+        if not (torch.is_tensor(W) and W.shape == (3 * D, D)):
+            return f"blocks[{i}].attn.qkv with a weight (3 n_embd, n_embd)"    # (TransJect's X U Sigma V: none)
+        if not (hasattr(attn, "out") and (Wo is None or torch.is_tensor(Wo) and Wo.shape == (D, D))):
+            return f"blocks[{i}].attn.out with a weight (n_embd, n_embd) or none"
+    return None
 
 
 def model_times(model):
@@ -436,8 +441,7 @@ def encode_text(text, ckpt):
 
 # ==== Output helpers
 
-def write_json(out, name, obj):
-    os.makedirs(out, exist_ok=True)
+def write_json(out, name, obj):                             # (in the folder main made)
     path = os.path.join(out, f"{name}.json")
     data.atomic_write_text(path, json.dumps(obj, indent=1, default=float) + "\n")
     return path
@@ -504,7 +508,8 @@ def cmd_spectra(args):
                 a.axvline(t, color="gray", ls=":", lw=0.8)
     grid_note = "\n(dotted: the times t at which the model's solver evaluates W(t); between them W(t) was never trained)" \
         if ode and args.grid else ""
-    fig.suptitle(f"Spectra of the attention weights per head vs {axis}: {label_of(args.ckpt[0], ckpt)}{grid_note}")
+    fig.suptitle(f"Spectra of the attention weights per head vs {axis}: {curves.literal(label_of(args.ckpt[0], ckpt))}"
+                 f"{grid_note}")
     png = save_fig(fig, args.out, "spectra")
     out = {"ckpt": args.ckpt[0], "model": ckpt["model_name"], "axis": axis, "n_head": H, "ov": ov_title,
            "note": "per head, the d eigenvalues of QK_h and OV_h that can be nonzero, [real, imag]; "
@@ -522,7 +527,7 @@ def cmd_spectra(args):
 def cmd_lyapunov(args):
     (model, ckpt), = args.models
     idx, labels = args.tokens
-    N = idx.shape[1]
+    N, shown = idx.shape[1], [curves.literal(label) for label in labels]   # (drawn as typed)
     with torch.no_grad():
         traj = model.trajectory(idx)                         # states where the Euler steps evaluate f
     times, dt = model_times(model), model.dt()
@@ -531,8 +536,7 @@ def cmd_lyapunov(args):
 
     def f(Z, t):
         return model.vector_field(Z[None], t)[0]
-    k = args.k
-    lam = token_lyapunov(f, X, times, dt, k=k)               # (N out, N in, k)
+    lam = token_lyapunov(f, X, times, dt, k=args.k)          # (N out, N in, k)
     model.float()
     causal = torch.ones(N, N, dtype=torch.bool).tril()       # output j sees inputs i <= j
     top = lam[..., 0].masked_fill(~causal, float("nan")).numpy()
@@ -541,8 +545,8 @@ def cmd_lyapunov(args):
     vmax = float(np.nanmax(off)) if off.size else None      # the diagonal (i = j) is far larger: it saturates
     fig, axes = plt.subplots(2, 1, figsize=(max(8, 0.45 * N + 3), 11), gridspec_kw={"height_ratios": [3, 2]})
     im = axes[0].imshow(top, cmap="magma", vmax=vmax)
-    axes[0].set_xticks(range(N), labels, rotation=60, ha="right", fontsize=8)
-    axes[0].set_yticks(range(N), labels, fontsize=8)
+    axes[0].set_xticks(range(N), shown, rotation=60, ha="right", fontsize=8)
+    axes[0].set_yticks(range(N), shown, fontsize=8)
     axes[0].set(xlabel="input token i (perturbed)", ylabel="output token j")
     axes[0].set_title("largest token-level Lyapunov exponent \u03bb\u2081(j, i); colours scaled to i < j "
                       "(the diagonal i = j is larger and saturates)", fontsize=10)
@@ -551,15 +555,15 @@ def cmd_lyapunov(args):
     if j > 0:
         vals = top[j, :j]
         ax.bar(range(j), vals, color=plt.cm.magma(0.15 + 0.7 * (vals - vals.min()) / max(np.ptp(vals), 1e-12)))
-        ax.set_xticks(range(j), labels[:j], rotation=60, ha="right", fontsize=8)
+        ax.set_xticks(range(j), shown[:j], rotation=60, ha="right", fontsize=8)
     ax.axhline(0, color="gray", lw=0.6)
     ax.set(xlabel="input token i", ylabel="\u03bb\u2081(j, i)")
-    ax.set_title(f"sensitivity of output token j = {j} ({labels[j]!r}, which predicts the next word) to each "
-                 f"earlier token; to itself: \u03bb\u2081 = {top[j, j]:.3f}", fontsize=10)
+    ax.set_title(curves.literal(f"sensitivity of output token j = {j} ({labels[j]!r}, which predicts the next word) "
+                                f"to each earlier token; to itself: \u03bb\u2081 = {top[j, j]:.3f}"), fontsize=10)
     fig.tight_layout()
     png = save_fig(fig, args.out, "lyapunov")
     out = {"ckpt": args.ckpt[0], "text": args.text, "tokens": labels, "output_position": j,
-           "steps": len(times), "dt": dt, "k": k,
+           "steps": len(times), "dt": dt, "k": args.k,
            "largest": [[None if math.isnan(v) else float(v) for v in row] for row in top],
            "exponents_of_output": lam[j, :j + 1].tolist()}
     path = write_json(args.out, "lyapunov", out)
@@ -596,7 +600,7 @@ def cmd_activation(args):
                        boxprops=dict(facecolor=color, edgecolor=color), medianprops=dict(color="black"),
                        whiskerprops=dict(color=color), capprops=dict(color=color),
                        flierprops=dict(markeredgecolor=color, markersize=3))
-            ax.plot([], [], color=color, lw=6, label=r["label"])
+            ax.plot([], [], color=color, lw=6, label=curves.literal(r["label"]))
         L = max(len(r[key]) for r in results)
         ax.set_xticks(range(L), [str(l) for l in range(L)])
         ax.set(xlabel="layer l (0 = embeddings)", ylabel=ylabel)
@@ -637,7 +641,7 @@ def cmd_experts(args):
         ax.axvline(1 / E, color="gray", ls="--", lw=0.8, label=f"1/E = {1 / E:.2f} (balanced)")
         ax.set(xlabel="expert weight \u03bb_e (softmax over the experts)",
                ylabel=f"count ({r['n_weight_vectors']} weight vectors x {E} experts)")
-        ax.set_title(f"{r['label']}, {r['task']}: expert weights (paper fig. 7)", fontsize=10)
+        ax.set_title(curves.literal(f"{r['label']}, {r['task']}: expert weights (paper fig. 7)"), fontsize=10)
         ax.legend(fontsize=8)
         ax = axes[1, col]
         names = list(r["residual_weights"])
@@ -657,8 +661,7 @@ def cmd_experts(args):
                                             "models": results})
     for r in results:
         print(f"{r['label']}:")
-        for l, w in enumerate(r["expert_weights"]):
-            w = np.array(w)
+        for l, w in enumerate(map(np.array, r["expert_weights"])):
             print(f"  layer {l + 1}: mean expert weights " + " ".join(f"{v:.3f}" for v in w.mean(0)) +
                   f" (min {w.min():.3f}, max {w.max():.3f}); residual weight "
                   f"{list(r['residual_weights'].values())[l]:.4f}")
@@ -687,10 +690,9 @@ def read_attention_std(run):
 def cmd_attnstd(args):
     """SimpleTRON's Fig. 5: the standard deviation of each block's attention weights (Q K^T / sqrt(n) for
     SimpleTRON, Q K^T / sqrt(d) for softmax without the softmax) and of its attention output, over training."""
-    runs = [(run, *records) for run, records in zip(args.run, args.logs)]
-    fig, axes = plt.subplots(len(runs), 2, figsize=(12, 3.2 * len(runs) + 0.6), squeeze=False, sharex=True)
+    fig, axes = plt.subplots(len(args.run), 2, figsize=(12, 3.2 * len(args.run) + 0.6), squeeze=False, sharex=True)
     results = []
-    for row, (run, records, label) in enumerate(runs):
+    for row, (run, (records, label)) in enumerate(zip(args.run, args.logs)):
         steps = [r["step"] for r in records]
         n_block = len(records[0]["score_std"])
         colors = plt.cm.viridis(np.linspace(0, 0.9, n_block))
@@ -700,9 +702,9 @@ def cmd_attnstd(args):
             for l in range(n_block):
                 ax.plot(steps, [r[key][l] for r in records], color=colors[l], lw=1.5, label=f"block {l + 1}")
             ax.set_yscale("log" if min(min(r[key]) for r in records) > 0 else "linear")   # (0: a single score)
-            ax.set_title(f"{label}: {title}", fontsize=9)
+            ax.set_title(f"{curves.literal(label)}: {title}", fontsize=9)
             ax.grid(True, alpha=0.3)
-            if row == len(runs) - 1:
+            if row == len(args.run) - 1:
                 ax.set_xlabel("training step")
         axes[row, 0].legend(fontsize=7, ncol=2)
         results.append({"run": run, "label": label, "steps": steps,
@@ -789,13 +791,12 @@ def cmd_cluster(args):
         if n == 0:
             ax.legend(fontsize=8, loc="upper left")
     axc, axs = fig.add_subplot(grid[1, :len(runs)]), fig.add_subplot(grid[1, len(runs):])
-    for n, r in enumerate(runs):
-        axc.plot(ts, r["clusters_t"], color=plt.cm.viridis(n / max(len(runs) - 1, 1)), label=f"g = {r['g']}")
-        axs.plot(ts, r["spread_t"], color=plt.cm.viridis(n / max(len(runs) - 1, 1)), label=f"g = {r['g']}")
     axc.set(xlabel="time t", ylabel=f"number of clusters (radius {args.eps:g})", title="clusters over time")
     axs.set(xlabel="time t", ylabel="mean distance between tokens",
             title="spread over time (uniform on the sphere: 4/3)")
-    for ax in (axc, axs):
+    for ax, key in ((axc, "clusters_t"), (axs, "spread_t")):
+        for n, r in enumerate(runs):
+            ax.plot(ts, r[key], color=plt.cm.viridis(n / max(len(runs) - 1, 1)), label=f"g = {r['g']}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"Attention-only ODE, one head, {x0.shape[0]} tokens on the sphere, {args.steps} Euler steps "
@@ -943,9 +944,7 @@ def check(args):
         if given_twice(args.runs):
             raise UsageError(f"curves: the run {given_twice(args.runs)} is given twice (once is its line)")
         for run in args.runs:
-            path = os.path.join(run, "log.jsonl")
-            problem = curves.log_problem(path)
-            if problem:
+            if problem := curves.log_problem(path := os.path.join(run, "log.jsonl")):
                 raise UsageError(f"{run}: {path} {problem} (a folder of python train.py ...)")
 
 
@@ -965,9 +964,10 @@ def check_models(args):
     args.models = [load(path) for path in paths]
     for path, (model, ckpt) in zip(paths, args.models):
         holds = f"{path} holds {ckpt['model_name']}{'' if model.config.head == 'lm' else ' (a classifier)'}"
-        if cmd == "spectra" and not has_qkv(model):
-            raise UsageError(f"spectra needs query/key/value weights; {holds}: TransJect's attention X U Sigma V has "
-                             "no W_Q W_K^T")
+        if cmd == "spectra" and (lacks := spectra_lacks(model)):
+            raise UsageError(f"spectra reads each block's attn.qkv (W_Q, W_K, W_V) and attn.out (W_O; nn.Identity: "
+                             f"none), or an ODE model's attention_weights(t) and times(); {holds}, which has no "
+                             f"{lacks} (TransJect: X U Sigma V, no W_Q W_K^T; a new model: name its maps so)")
         if cmd == "spectra" and args.grid and not (ode_model(model) and not getattr(model.config, "discrete", False)):
             raise UsageError(f"--grid is for an ODE model (DiffEqFormer, not discretised): W(t) at any t; {holds}")
         if cmd == "lyapunov" and not (ode_model(model) and model.config.head == "lm"):

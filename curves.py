@@ -185,6 +185,12 @@ def metric_of(logs):
                 None)
 
 
+def literal(text):
+    """text drawn as written, not as mathematics: matplotlib reads a text with two $ as mathematics (a run named
+    $TASK_$SEED: an error) and draws an escaped \\$ as $. For the names of runs, paths and the user's text."""
+    return str(text).replace("$", r"\$")
+
+
 def look(i):
     """Row i's colour and marker: 10 colours and 9 markers, so that rows 1 to 90 differ in one or both."""
     return dict(color=matplotlib.colormaps["tab10"](i % 10), marker="osD^vP*Xh"[i % 9], ms=4)
@@ -250,11 +256,11 @@ def draw_rows(rows, title, png_path, short_steps=0, resumed=()):
     kinds = [Line2D([], [], color="0.3", label="train loss"), Line2D([], [], color="0.3", ls=":", marker="o",
                                                                      label="val loss")]
     axes[0].legend(handles=kinds + axes[0].get_legend_handles_labels()[0], fontsize=8)
-    names = [f"{r['label']} ({r['runs']} seeds)" if r["runs"] > 1 else r["label"] for r in summary]
+    names = [literal(f"{r['label']} ({r['runs']} seeds)" if r["runs"] > 1 else r["label"]) for r in summary]
     if legend_lines:
         fig.legend(handles=[Line2D([], [], **look(i), label=n) for i, n in enumerate(names)], loc="lower center",
                    ncol=3, fontsize=8, frameon=False)
-    fig.suptitle(title)
+    fig.suptitle(literal(title))
     data.atomic_write(png_path, lambda f: fig.savefig(f, format="png", dpi=100))   # whole or not at all
     return summary
 

@@ -698,6 +698,100 @@ def test_experts_and_activation_of_a_transject(tmp_path):
     assert len(act["activation_factor"]) == 4 and np.allclose(act["activation_factor"][0], 1.0)
 
 
+def test_run_names_and_words_with_dollars_are_drawn_as_written(tmp_path, monkeypatch):
+    """Battery a13, a14: a run folder named $TASK_$SEED (an out_dir whose $ no shell expanded) was read by matplotlib
+    as mathematics: a ParseSyntaxException out of analyze.py spectra, whose title names the run. Every subcommand that
+    draws a run's folder, or the words of --text, draws them as written (the figure's texts read back)."""
+    import test_curves
+    import train
+    figures = test_curves.drawn_texts(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.txt").write_text("to be, or not to be: that is the question.\n" * 40)
+    text = ["--task", "textfile", "--data_dir", "t.txt", "--tokenizer", "char", "--cache_dir", "cache"]
+    a, b = test_curves.DOLLARS
+    for name in (a, b):
+        train.main(["--model", "simpletron", *text, "--out_dir", name, "--attn_std_interval", "1", "--n_layer", "1",
+                    "--n_embd", "16", "--n_head", "2", "--block_size", "16", "--batch_size", "4", "--max_iters", "2",
+                    "--eval_interval", "2", "--eval_iters", "1", "--warmup", "1", "--device", "cpu"])
+    analyze.main(["spectra", "--ckpt", f"{a}/ckpt.pt", "--out", "o"])
+    assert f"Spectra of the attention weights per head vs layer: simpletron ({a})" in figures[-1], figures[-1]
+    analyze.main(["activation", "--ckpt", f"{a}/ckpt.pt", "--ckpt", f"{b}/ckpt.pt", "--n_seq", "2", "--out", "o"])
+    assert {f"simpletron ({a})", f"simpletron ({b})"} <= set(figures[-1]), figures[-1]
+    analyze.main(["attnstd", "--run", a, "--run", b, "--out", "o"])
+    assert {f"{a}: std of the attention weights", f"{b}: std of the attention output"} <= set(figures[-1])
+    model_checkpoint(f"{a}/tj.pt", "transject", dict(vocab_size=32, block_size=16, n_layer=1, n_embd=8, head="lm",
+                                                     n_experts=2), task="textfile", data_dir="t.txt", tokenizer="char",
+                     cache_dir="cache")
+    analyze.main(["experts", "--ckpt", f"{a}/tj.pt", "--n_seq", "2", "--out", "o"])
+    assert f"transject ({a}), textfile: expert weights (paper fig. 7)" in figures[-1], figures[-1]
+    path, _ = model_checkpoint("deq.pt", "diffeqformer", dict(vocab_size=8, block_size=16, n_layer=1, n_head=2,
+                                                              n_embd=8, head="lm"), task="ptb")
+    torch.save({**torch.load(path, weights_only=True), "vocabulary": ["<unk>", "a", "b"]}, path)   # the run's words
+    analyze.main(["lyapunov", "--ckpt", path, "--text", r"a $x^2_i\$ b$$", "--k", "2", "--out", "o"])
+    assert {"a", r"$x^2_i\$", "b$$"} <= set(figures[-1]), figures[-1]     # the words as ticks, the last in a title
+    assert any(t.startswith("sensitivity of output token j = 2 ('b$$', which") for t in figures[-1]), figures[-1]
+
+
+def out_named_proj(model):                                   # a fork's attention whose output map is called proj
+    for block in model.blocks:
+        block.attn.proj = block.attn.out
+        del block.attn.out
+    return model
+
+
+def fewer_kv_heads(model):                                   # keys and values of one head of 8 for both heads
+    model.blocks[0].attn.qkv = torch.nn.Linear(16, 16 + 2 * 8)
+    return model
+
+
+def split_qkv(model):                                        # W_Q, W_K, W_V as maps of their own
+    for block in model.blocks:
+        block.attn.q, block.attn.k, block.attn.v = (torch.nn.Linear(16, 16) for _ in range(3))
+        del block.attn.qkv
+    return model
+
+
+def narrow_out(model):                                       # the second block's W_O to another width
+    model.blocks[1].attn.out = torch.nn.Linear(16, 8)
+    return model
+
+
+@pytest.mark.parametrize("name, change, lacks", [
+    ("softmax", out_named_proj, "blocks[0].attn.out with a weight (n_embd, n_embd) or none"),
+    ("softmax", fewer_kv_heads, "blocks[0].attn.qkv with a weight (3 n_embd, n_embd)"),
+    ("softmax", split_qkv, "blocks[0].attn.qkv with a weight (3 n_embd, n_embd)"),
+    ("softmax", narrow_out, "blocks[1].attn.out with a weight (n_embd, n_embd) or none"),
+    ("transject", lambda m: m, "blocks[0].attn.qkv with a weight (3 n_embd, n_embd)"),
+    ("diffeqformer", lambda m: setattr(m, "attention_weights", None) or m, "attention_weights()"),
+    ("diffeqformer", lambda m: setattr(m, "times", None) or m, "times()")])
+def test_spectra_of_a_model_whose_weights_it_cannot_read_is_one_line_before_any_work(name, change, lacks, tmp_path,
+                                                                                     monkeypatch, capsys):
+    """Battery f19: a fork whose blocks' attention has qkv but names its output map proj was an AttributeError
+    ('Attention' object has no attribute 'out') out of attention_weights, past every check. spectra says in one line
+    which attributes it reads and the first that the model lacks, before any work."""
+    config = dict(vocab_size=16, block_size=16, n_layer=2, n_head=2, n_embd=16, head="lm")
+    path, _ = model_checkpoint(tmp_path / "ckpt.pt", name, config)
+    build = analyze.model_of_checkpoint
+    monkeypatch.setattr(analyze, "model_of_checkpoint", lambda ckpt, path: change(build(ckpt, path)))
+    with pytest.raises(SystemExit) as e:
+        data.run_main(lambda: analyze.main(["spectra", "--ckpt", path, "--out", str(tmp_path / "out")]),
+                      analyze.UsageError)
+    assert e.value.code == 2 and capsys.readouterr().err == (
+        "error: spectra reads each block's attn.qkv (W_Q, W_K, W_V) and attn.out (W_O; nn.Identity: none), or an ODE "
+        f"model's attention_weights(t) and times(); {path} holds {name}, which has no {lacks} (TransJect: X U Sigma V, "
+        "no W_Q W_K^T; a new model: name its maps so)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def test_spectra_reads_every_model_of_the_project_with_query_key_and_value_weights():
+    """What spectra_lacks asks of a model, each of the project's models that spectra draws has."""
+    import config
+    base = dict(vocab_size=16, block_size=16, n_layer=2, n_head=2, n_embd=16, head="lm")
+    for name, extra in (("softmax", {}), ("simpletron", {}), ("softmax", {"orthogonal": True}), ("diffeqformer", {}),
+                        ("diffeqformer", {"discrete": True})):   # W_O an nn.Linear, none, orthogonal; W(t), W_l
+        assert analyze.spectra_lacks(config.build_model(name, {**base, **extra})) is None, (name, extra)
+
+
 def test_activation_of_match_classifiers_reads_both_documents_of_each_pair(tmp_path):
     """A match classifier (retrieval: ids (B, 2, L)) encodes each document on its own: its layers hold 2B
     sequences. DiffEqFormer's hidden_states took only (B, L) (a ValueError); now every model gives 2B rows."""

@@ -38,6 +38,29 @@ def is_png(path):
         return f.read(8) == PNG
 
 
+def drawn_texts(monkeypatch):
+    """From now on, the texts of every figure saved, as drawn: one list a figure, read from the figure's SVG with its
+    texts kept as text (where a text that matplotlib reads as mathematics fails, as it does in the PNG)."""
+    import io
+    import xml.etree.ElementTree as ET
+    import matplotlib
+    save, figures = Figure.savefig, []
+
+    def savefig(fig, *args, **kwargs):
+        svg = io.BytesIO()
+        with matplotlib.rc_context({"svg.fonttype": "none"}):
+            save(fig, svg, format="svg")
+        texts = ET.fromstring(svg.getvalue()).iter("{http://www.w3.org/2000/svg}text")
+        figures.append(["".join(t.itertext()) for t in texts])
+        return save(fig, *args, **kwargs)
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return figures
+
+
+# folder names that matplotlib reads as mathematics (two $), with _ ^ \ and an escaped \$ of their own besides
+DOLLARS = ["$TASK_$SEED", r"a_b^c \$d$ \x$"]
+
+
 # ----------------------------------------------------------------------------------------------
 # The numbers
 
@@ -186,6 +209,21 @@ def test_analyze_curves_of_runs_and_of_a_table(tmp_path, monkeypatch, capsys):
     assert is_png(tmp_path / "an" / "curves.png")
     analyze.main(["curves", str(table / "softmax-s0"), "--out", "one"])
     assert capsys.readouterr().out.startswith("softmax: step 20: val loss 1.8000")
+
+
+def test_run_names_with_dollars_are_drawn_as_written(tmp_path, monkeypatch):
+    """Battery a13: a run folder named $TASK_$SEED (an out_dir whose $ no shell expanded) was read by matplotlib as
+    mathematics: a ParseSyntaxException out of analyze.py curves. The names are drawn as written: one run's in the
+    title of its curves (as plot_run draws it without a title), the rows' in the legend (a row of seeds too)."""
+    figures = drawn_texts(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    for name in [*DOLLARS, "$x$-s0", "$x$-s1"]:
+        write_log(name, classifier_log({10: (2.0, 0.5)}))
+    curves.plot_run(os.path.join(DOLLARS[0], "log.jsonl"), "one.png")
+    assert DOLLARS[0] in figures[-1]
+    analyze.main(["curves", *DOLLARS, "$x$-s0", "$x$-s1", "--out", "an"])
+    assert {*DOLLARS, "$x$ (2 seeds)"} <= set(figures[-1]), figures[-1]
+    assert [r["label"] for r in json.loads(open("an/curves.json").read())["rows"]] == [*DOLLARS, "$x$"]   # as named
 
 
 def test_analyze_curves_bad_input(tmp_path, monkeypatch):
